@@ -1,0 +1,211 @@
+"""Attention building blocks: masked softmax, scoring functions, self-attention, attention pool.
+
+Shape notation used throughout: B batch, T tokens, H heads, Q queries, D model width,
+Dh = D // H head width. Mask convention: ``True`` marks a real token, ``False`` padding.
+
+Attention pooling is a weighted average of values whose weights are a softmax over scores
+between a query and each key. Three scores are offered, each of the form ``score(q, k)``:
+
+* ``dot``      scaled dot product ``q·k / sqrt(Dh)``
+* ``additive`` ``wᵀ tanh(W_q q + W_k k)``
+* ``gaussian`` ``-‖q - k‖² / 2`` (the Nadaraya–Watson kernel-regression form)
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+SCORE_KINDS = ("dot", "additive", "gaussian")
+
+
+def masked_softmax(scores: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last axis that gives masked keys exactly zero weight.
+
+    Args:
+        scores: ``[..., T]`` raw scores.
+        key_mask: boolean, broadcastable to ``scores``; ``True`` = real key.
+
+    Returns:
+        Weights of the same shape as ``scores``. Each row sums to 1 over its real keys; a row
+        with no real key is all zeros (never NaN).
+    """
+    # The most negative finite number, not -inf: a row that is entirely masked then stays finite
+    # (uniform) instead of NaN, and the final multiply turns it into zeros.
+    very_negative = torch.finfo(scores.dtype).min
+    weights = torch.softmax(scores.masked_fill(~key_mask, very_negative), dim=-1)
+    return weights * key_mask
+
+
+class DotScore(nn.Module):
+    """Scaled dot product ``q·k / sqrt(Dh)``; has no parameters."""
+
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """``queries [B,H,Q,Dh]``, ``keys [B,H,T,Dh]`` → scores ``[B,H,Q,T]``."""
+        return queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
+
+
+class AdditiveScore(nn.Module):
+    """Additive (Bahdanau) score ``wᵀ tanh(W_q q + W_k k)``, one set of weights per head.
+
+    Args:
+        n_heads: number of heads H.
+        head_dim: query/key width Dh.
+        hidden: width of the tanh layer.
+    """
+
+    def __init__(self, n_heads: int, head_dim: int, hidden: int | None = None) -> None:
+        super().__init__()
+        hidden = hidden or head_dim
+        self.query_proj = nn.Parameter(torch.empty(n_heads, head_dim, hidden))
+        self.key_proj = nn.Parameter(torch.empty(n_heads, head_dim, hidden))
+        self.out = nn.Parameter(torch.empty(n_heads, hidden))
+        for weight in (self.query_proj, self.key_proj):
+            nn.init.normal_(weight, std=head_dim**-0.5)
+        nn.init.normal_(self.out, std=hidden**-0.5)
+
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """``queries [B,H,Q,Dh]``, ``keys [B,H,T,Dh]`` → scores ``[B,H,Q,T]``."""
+        projected_q = torch.einsum("bhqd,hde->bhqe", queries, self.query_proj)  # (B, H, Q, E)
+        projected_k = torch.einsum("bhtd,hde->bhte", keys, self.key_proj)  # (B, H, T, E)
+        # (B, H, Q, 1, E) + (B, H, 1, T, E): every query meets every key.
+        hidden = torch.tanh(projected_q.unsqueeze(-2) + projected_k.unsqueeze(-3))
+        return torch.einsum("bhqte,he->bhqt", hidden, self.out)
+
+
+class GaussianScore(nn.Module):
+    """Gaussian-kernel score ``-‖q - k‖² / 2``; has no parameters."""
+
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """``queries [B,H,Q,Dh]``, ``keys [B,H,T,Dh]`` → scores ``[B,H,Q,T]``."""
+        # ‖q-k‖² = ‖q‖² - 2 q·k + ‖k‖², which avoids building a [B,H,Q,T,Dh] difference tensor.
+        q_sq = queries.pow(2).sum(-1, keepdim=True)  # (B, H, Q, 1)
+        k_sq = keys.pow(2).sum(-1).unsqueeze(-2)  # (B, H, 1, T)
+        return -(q_sq - 2 * queries @ keys.transpose(-2, -1) + k_sq) / 2
+
+
+def make_score(kind: str, n_heads: int, head_dim: int) -> nn.Module:
+    """Build the scoring module named ``kind`` (one of :data:`SCORE_KINDS`)."""
+    if kind == "dot":
+        return DotScore()
+    if kind == "additive":
+        return AdditiveScore(n_heads, head_dim)
+    if kind == "gaussian":
+        return GaussianScore()
+    raise ValueError(f"unknown attention score {kind!r}: choose one of {', '.join(SCORE_KINDS)}")
+
+
+def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """``[B,T,D]`` → ``[B,H,T,Dh]``."""
+    batch, tokens, width = x.shape
+    return x.view(batch, tokens, n_heads, width // n_heads).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """``[B,H,T,Dh]`` → ``[B,T,D]``."""
+    batch, heads, tokens, head_dim = x.shape
+    return x.transpose(1, 2).reshape(batch, tokens, heads * head_dim)
+
+
+class MultiHeadSelfAttention(nn.Module):
+    """Multi-head intra-attention: every token attends to every real token of its document.
+
+    Q, K and V are projected per head, attended in parallel, concatenated and projected with
+    W_o. Without ``need_weights`` the fused ``F.scaled_dot_product_attention`` kernel runs; with
+    it, an explicit path computes the same result and also returns the weights.
+
+    Args:
+        d_model: model width D.
+        n_heads: number of heads H; must divide D.
+        attn_dropout: dropout on attention weights. On CPU any value above 0 makes the fused
+            kernel fall back to a much slower path, so keep 0 there.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, attn_dropout: float = 0.0) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        self.n_heads = n_heads
+        self.attn_dropout = attn_dropout
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend.
+
+        Args:
+            x: ``[B,T,D]`` token states.
+            mask: ``[B,T]`` bool, True = real token.
+            need_weights: also return the attention weights.
+
+        Returns:
+            ``([B,T,D], [B,H,T,T] or None)``; weights rows sum to 1 over real keys.
+        """
+        queries, keys, values = (
+            split_heads(part, self.n_heads) for part in self.qkv(x).chunk(3, dim=-1)
+        )  # each (B, H, T, Dh)
+        dropout = self.attn_dropout if self.training else 0.0
+        key_mask = mask[:, None, None, :]  # (B, 1, 1, T)
+        if need_weights:
+            scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
+            weights = masked_softmax(scores, key_mask)  # (B, H, T, T)
+            attended = F.dropout(weights, dropout, self.training) @ values
+        else:
+            # A document with no real token would give the fused kernel an all-masked row (NaN);
+            # let such rows see every position instead: their output is never pooled anyway.
+            empty = ~mask.any(dim=-1)[:, None, None, None]
+            attended = F.scaled_dot_product_attention(
+                queries, keys, values, attn_mask=key_mask | empty, dropout_p=dropout
+            )
+            weights = None
+        return self.out_proj(merge_heads(attended)), weights
+
+
+class AttentionPool(nn.Module):
+    """Global attention pool: H learned queries weigh all tokens at once.
+
+    Each head scores its learned query against every token's key, takes a masked softmax, and
+    averages that head's value vectors with those weights. Head outputs are concatenated and
+    projected with W_o. Everything after the softmax is linear in the values, so a token's
+    contribution to the pooled vector is exactly ``weight · W_o[:, head] · value``.
+
+    Args:
+        d_model: model width D.
+        n_heads: number of pooling heads H; must divide D.
+        score: scoring function, one of :data:`SCORE_KINDS`.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, score: str = "dot") -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by pool heads ({n_heads})")
+        self.n_heads = n_heads
+        head_dim = d_model // n_heads
+        self.queries = nn.Parameter(torch.randn(n_heads, 1, head_dim) * head_dim**-0.5)
+        self.key_proj = nn.Linear(d_model, d_model)
+        self.value_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        self.score = make_score(score, n_heads, head_dim)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pool.
+
+        Args:
+            x: ``[B,T,D]`` token states.
+            mask: ``[B,T]`` bool, True = real token.
+
+        Returns:
+            ``(pooled [B,D], weights [B,H,T])``; weights are exactly 0 on padding.
+        """
+        keys = split_heads(self.key_proj(x), self.n_heads)  # (B, H, T, Dh)
+        values = split_heads(self.value_proj(x), self.n_heads)  # (B, H, T, Dh)
+        queries = self.queries.unsqueeze(0).expand(x.shape[0], -1, -1, -1)  # (B, H, 1, Dh)
+        scores = self.score(queries, keys)  # (B, H, 1, T)
+        weights = masked_softmax(scores, mask[:, None, None, :])  # (B, H, 1, T)
+        pooled = merge_heads(weights @ values).squeeze(1)  # (B, D)
+        return self.out_proj(pooled), weights.squeeze(2)

@@ -1,0 +1,202 @@
+"""Lightning callbacks that write a run's outputs: metrics, figures, split, predictions."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import BasePredictionWriter
+from lightning.pytorch.loggers import CSVLogger
+
+from docclass.report.figures import plot_confusion_matrix, plot_training_curves
+
+log = logging.getLogger(__name__)
+
+
+def classification_scores(matrix: np.ndarray) -> dict[str, Any]:
+    """Accuracy, macro-F1 and per-class F1 from a confusion matrix.
+
+    Rows are true labels, columns predictions.
+    """
+    true_positive = np.diag(matrix).astype(float)
+    predicted = matrix.sum(axis=0)
+    actual = matrix.sum(axis=1)
+    denominator = predicted + actual
+    f1 = np.divide(
+        2 * true_positive, denominator, out=np.zeros_like(true_positive), where=denominator > 0
+    )
+    return {
+        "accuracy": float(true_positive.sum() / max(1, matrix.sum())),
+        "macro_f1": float(f1.mean()),
+        "per_class_f1": [float(v) for v in f1],
+        "n_documents": int(matrix.sum()),
+    }
+
+
+def machine_summary() -> dict[str, Any]:
+    """Where the figures were measured."""
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+
+
+class RunReport(pl.Callback):
+    """Writes ``metrics.json``, ``confusion_matrix.png``, ``training_curves.png`` and
+    ``split.json`` into the run folder (the trainer's ``default_root_dir``) after testing.
+
+    Args:
+        run_config: the resolved configuration, stored in ``metrics.json`` for comparison.
+    """
+
+    def __init__(self, run_config: dict | None = None) -> None:
+        self.run_config = run_config or {}
+        self.train_seconds: float | None = None
+        self.final_validation: dict[str, float] = {}
+        self._fit_started = 0.0
+        self._test_started = 0.0
+        self._preds: list[torch.Tensor] = []
+        self._labels: list[torch.Tensor] = []
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._fit_started = time.perf_counter()
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.train_seconds = time.perf_counter() - self._fit_started
+        # The last validation pass saw the final weights: keep it beside the test figures.
+        self.final_validation = {
+            key.split("/", 1)[1]: float(value)
+            for key, value in trainer.callback_metrics.items()
+            if key.startswith("val/")
+        }
+
+    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._preds, self._labels = [], []
+        self._test_started = time.perf_counter()
+
+    def on_test_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self._preds.append(outputs["preds"].cpu())
+        self._labels.append(outputs["labels"].cpu())
+
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        run_dir = Path(trainer.default_root_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        label_names = list(pl_module.label_names)
+        n = len(label_names)
+        preds = torch.cat(self._preds).numpy()
+        labels = torch.cat(self._labels).numpy()
+        matrix = np.bincount(labels * n + preds, minlength=n * n).reshape(n, n)
+        scores = classification_scores(matrix)
+        datamodule = trainer.datamodule
+        metrics = {
+            "run": run_dir.name,
+            "test": {**scores, "confusion_matrix": matrix.tolist(), "label_names": label_names},
+            "val": self.final_validation,
+            "train_time_s": self.train_seconds,
+            "test_time_s": time.perf_counter() - self._test_started,
+            "epochs_trained": trainer.current_epoch,
+            "global_steps": trainer.global_step,
+            "data": dict(getattr(datamodule, "stats", {})),
+            "config": self.run_config,
+            "machine": machine_summary(),
+        }
+        (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, default=str))
+        plot_confusion_matrix(matrix, label_names, run_dir / "confusion_matrix.png")
+        metric_log = self._metric_log(trainer)
+        if metric_log is not None:
+            plot_training_curves(metric_log, run_dir / "training_curves.png")
+        if datamodule is not None and hasattr(datamodule, "write_split"):
+            datamodule.write_split(run_dir / "split.json")
+        print(
+            f"test accuracy {scores['accuracy']:.4f}  macro-F1 {scores['macro_f1']:.4f}  "
+            f"({scores['n_documents']} documents)  → {run_dir}/metrics.json"
+        )
+
+    @staticmethod
+    def _metric_log(trainer: pl.Trainer) -> Path | None:
+        for logger in trainer.loggers:
+            if isinstance(logger, CSVLogger):
+                # Flush first: the logger buffers rows until its save interval.
+                logger.save()
+                path = Path(logger.log_dir) / "metrics.csv"
+                if path.is_file():
+                    return path
+        return None
+
+
+class PredictionWriter(BasePredictionWriter):
+    """Writes one JSON line per document of the predicted split, as batches finish.
+
+    Args:
+        path: output file; relative paths are inside the run folder.
+    """
+
+    def __init__(self, path: str = "predictions.jsonl") -> None:
+        super().__init__(write_interval="batch")
+        self.path = path
+        self._handle = None
+
+    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        path = Path(self.path)
+        if not path.is_absolute():
+            path = Path(trainer.default_root_dir) / path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._handle = path.open("w", encoding="utf-8")
+        self.resolved_path = path
+
+    def write_on_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        prediction: Any,
+        batch_indices: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int,
+    ) -> None:
+        datamodule = trainer.datamodule
+        split = datamodule.splits[datamodule.predict_split]
+        names = pl_module.label_names
+        indices = prediction["index"].tolist()
+        rows = split.select(indices)
+        for row, probs, truncated in zip(
+            rows, prediction["probs"].tolist(), prediction["truncated"].tolist(), strict=True
+        ):
+            best = int(np.argmax(probs))
+            record = {
+                "id": row["id"],
+                "label": names[best],
+                "score": probs[best],
+                "probs": dict(zip(names, probs, strict=True)),
+                "true_label": names[row["label"]],
+                "truncated": truncated,
+            }
+            self._handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            log.info("predictions written to %s", self.resolved_path)
+            print(f"predictions → {self.resolved_path}")

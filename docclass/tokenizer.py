@@ -1,0 +1,138 @@
+"""Training and using the Hugging Face ``tokenizers`` tokenizer, and mapping tokens to words.
+
+The tokenizer is trained on the training split only, serialised as JSON into every
+checkpoint, and rebuilt from that JSON at predict time, so training and prediction always
+split text the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tokenizers import Encoding, Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+from docclass.errors import ConfigError
+
+PAD_TOKEN, UNK_TOKEN = "[PAD]", "[UNK]"
+PAD_ID, UNK_ID = 0, 1  # fixed by the order of SPECIAL_TOKENS
+SPECIAL_TOKENS = [PAD_TOKEN, UNK_TOKEN]
+TOKENIZER_KINDS = ("wordpiece", "bpe", "wordlevel")
+NORMALIZATIONS = ("NFC", "NFD", "NFKC", "NFKD", "none")
+
+
+@dataclass
+class TokenizerSpec:
+    """How to train the tokenizer."""
+
+    kind: str = "wordpiece"  # wordpiece | bpe (subword) | wordlevel (whole words, rest [UNK])
+    vocab_size: int = 20000  # upper bound; a small corpus may yield fewer
+    min_frequency: int = 2  # a piece must occur this often in the training split
+    lowercase: bool = True
+    normalization: str = "NFKC"  # unicode normal form applied first, or "none"
+    strip_accents: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in TOKENIZER_KINDS:
+            raise ConfigError(f"tokenizer kind must be one of {TOKENIZER_KINDS}, got {self.kind!r}")
+        if self.normalization not in NORMALIZATIONS:
+            raise ConfigError(
+                f"tokenizer normalization must be one of {NORMALIZATIONS}, "
+                f"got {self.normalization!r}"
+            )
+        if self.vocab_size < len(SPECIAL_TOKENS) + 1:
+            raise ConfigError(f"tokenizer vocab_size is too small: {self.vocab_size}")
+
+
+def _normalizer(spec: TokenizerSpec) -> normalizers.Normalizer | None:
+    steps = []
+    if spec.normalization != "none":
+        steps.append(getattr(normalizers, spec.normalization)())
+    if spec.strip_accents:
+        # StripAccents removes combining marks, which exist only after canonical decomposition.
+        steps += [normalizers.NFD(), normalizers.StripAccents()]
+    if spec.lowercase:
+        steps.append(normalizers.Lowercase())
+    return normalizers.Sequence(steps) if steps else None
+
+
+def train_tokenizer(texts: Sequence[str], spec: TokenizerSpec) -> Tokenizer:
+    """Train a tokenizer on ``texts`` (the training split)."""
+    if spec.kind == "wordpiece":
+        tokenizer = Tokenizer(models.WordPiece(unk_token=UNK_TOKEN))
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=spec.vocab_size,
+            min_frequency=spec.min_frequency,
+            special_tokens=SPECIAL_TOKENS,
+            show_progress=False,
+        )
+    elif spec.kind == "bpe":
+        tokenizer = Tokenizer(models.BPE(unk_token=UNK_TOKEN))
+        trainer = trainers.BpeTrainer(
+            vocab_size=spec.vocab_size,
+            min_frequency=spec.min_frequency,
+            special_tokens=SPECIAL_TOKENS,
+            show_progress=False,
+        )
+    else:
+        tokenizer = Tokenizer(models.WordLevel(unk_token=UNK_TOKEN))
+        trainer = trainers.WordLevelTrainer(
+            vocab_size=spec.vocab_size,
+            min_frequency=spec.min_frequency,
+            special_tokens=SPECIAL_TOKENS,
+            show_progress=False,
+        )
+    normalizer = _normalizer(spec)
+    if normalizer is not None:
+        tokenizer.normalizer = normalizer
+    # Splits on whitespace and punctuation; offsets still point into the original text.
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    if tokenizer.token_to_id(PAD_TOKEN) != PAD_ID or tokenizer.token_to_id(UNK_TOKEN) != UNK_ID:
+        raise RuntimeError("special tokens did not receive their fixed ids")
+    return tokenizer
+
+
+def load_tokenizer(serialised: str) -> Tokenizer:
+    """Rebuild a tokenizer from the JSON string stored in a checkpoint."""
+    return Tokenizer.from_str(serialised)
+
+
+def encode_batch(tokenizer: Tokenizer, texts: Sequence[str]) -> list[Encoding]:
+    """Tokenize many texts at once (the Rust side uses every core)."""
+    return tokenizer.encode_batch(list(texts), add_special_tokens=False)
+
+
+@dataclass
+class WordAlignment:
+    """Tokens grouped into words, with character spans into the original text.
+
+    ``word_spans[w]`` is ``(start, end)`` of word ``w``; ``token_words[t]`` is the word index
+    of token ``t``.
+    """
+
+    word_spans: list[tuple[int, int]]
+    token_words: list[int]
+
+
+def align_words(encoding: Encoding) -> WordAlignment:
+    """Group an encoding's tokens into the pre-tokenizer's words.
+
+    A word is what the pre-tokenizer produced (a run of letters/digits, or one punctuation
+    mark); its span runs from its first piece's start to its last piece's end, and pieces of
+    one original character are never split across words.
+    """
+    word_spans: list[tuple[int, int]] = []
+    token_words: list[int] = []
+    previous_word = None
+    for word_id, (start, end) in zip(encoding.word_ids, encoding.offsets, strict=True):
+        # Normalisation can turn one character into several words ("…" → "..."): their
+        # spans overlap the previous word's, and they stay part of it.
+        overlaps = bool(word_spans) and start < word_spans[-1][1]
+        if (word_id is None or word_id != previous_word) and not overlaps:
+            word_spans.append((start, end))
+            previous_word = word_id
+        else:
+            word_spans[-1] = (word_spans[-1][0], max(end, word_spans[-1][1]))
+        token_words.append(len(word_spans) - 1)
+    return WordAlignment(word_spans, token_words)

@@ -1,0 +1,224 @@
+"""The command line end to end, in-process, on the tiny config; every config instantiates."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import CONFIGS
+from test_data import write_ag_news_like
+
+from docclass.checkpoint import ARTIFACT_KEY, read_artifact
+from docclass.cli import DocClassCLI, main
+from docclass.data import DocDataModule
+from docclass.lit_module import DocClassifierModule
+
+TINY = str(CONFIGS / "tiny.yaml")
+
+
+def run_cli(*args: str) -> None:
+    main([*args])
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("tiny")
+    run_cli("fit", "--config", TINY, "--trainer.default_root_dir", str(run_dir))
+    return run_dir
+
+
+def test_fit_writes_metrics_figures_split_and_checkpoints(fitted):
+    metrics = json.loads((fitted / "metrics.json").read_text())
+    assert 0.0 <= metrics["test"]["accuracy"] <= 1.0
+    assert metrics["test"]["n_documents"] == 213
+    assert metrics["test"]["label_names"] == [
+        "business",
+        "entertainment",
+        "politics",
+        "sports",
+        "tech",
+    ]
+    assert len(metrics["test"]["confusion_matrix"]) == 5
+    assert metrics["train_time_s"] > 0 and metrics["epochs_trained"] == 2
+    assert metrics["data"]["duplicates_removed"] == 100
+    assert metrics["config"]["model"]["d_model"] == 32
+    assert "acc" in metrics["val"]
+    for figure in ("confusion_matrix.png", "training_curves.png"):
+        assert (fitted / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    split = json.loads((fitted / "split.json").read_text())
+    assert len(split["test"]) == 213 and not set(split["test"]) & set(split["train"])
+    assert (fitted / "checkpoints" / "last.ckpt").is_file()
+    assert (fitted / "checkpoints" / "best.ckpt").is_file()
+
+
+def test_checkpoint_loads_without_pickle_and_carries_what_predicting_needs(fitted):
+    checkpoint = torch.load(fitted / "checkpoints" / "last.ckpt", weights_only=True)
+    artifact = checkpoint[ARTIFACT_KEY]
+    assert artifact["label_names"][0] == "business"
+    assert artifact["model_config"]["d_model"] == 32
+    assert artifact["max_tokens"] == 64
+    assert json.loads(artifact["tokenizer"])["model"]["type"] == "WordPiece"
+    assert read_artifact(fitted / "checkpoints" / "last.ckpt") == artifact
+
+
+def test_test_from_checkpoint_reproduces_the_fit_report(fitted, tmp_path):
+    run_cli(
+        "test",
+        "--config",
+        TINY,
+        "--ckpt_path",
+        str(fitted / "checkpoints" / "last.ckpt"),
+        "--trainer.default_root_dir",
+        str(tmp_path),
+    )
+    after_fit = json.loads((fitted / "metrics.json").read_text())["test"]
+    from_checkpoint = json.loads((tmp_path / "metrics.json").read_text())["test"]
+    assert from_checkpoint["confusion_matrix"] == after_fit["confusion_matrix"]
+
+
+def test_checkpoint_tokenizer_wins_over_a_changed_config(fitted, tmp_path):
+    # A different vocabulary setting would build a different tokenizer; the checkpoint's is used.
+    run_cli(
+        "validate",
+        "--config",
+        TINY,
+        "--data.tokenizer.vocab_size",
+        "500",
+        "--ckpt_path",
+        str(fitted / "checkpoints" / "last.ckpt"),
+        "--trainer.default_root_dir",
+        str(tmp_path),
+    )
+
+
+def test_predict_writes_one_row_per_document(fitted, tmp_path):
+    run_cli(
+        "predict",
+        "--config",
+        TINY,
+        "--ckpt_path",
+        str(fitted / "checkpoints" / "last.ckpt"),
+        "--trainer.default_root_dir",
+        str(tmp_path),
+    )
+    rows = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 213 and len({r["id"] for r in rows}) == 213
+    assert abs(sum(rows[0]["probs"].values()) - 1) < 1e-4
+    assert rows[0]["label"] == max(rows[0]["probs"], key=rows[0]["probs"].get)
+
+
+def one_line_failure(capsys, *args: str) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(*args)
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_impossible_model_setting_is_one_line(capsys, tmp_path):
+    line = one_line_failure(
+        capsys,
+        "fit",
+        "--config",
+        TINY,
+        "--model.d_model",
+        "33",
+        "--trainer.default_root_dir",
+        str(tmp_path),
+    )
+    assert line.startswith("docclass: error: model config:") and "d_model (33)" in line
+
+
+def test_missing_data_file_is_one_line(capsys, tmp_path):
+    line = one_line_failure(
+        capsys,
+        "fit",
+        "--config",
+        TINY,
+        "--data.source",
+        str(tmp_path / "x.csv"),
+        "--trainer.default_root_dir",
+        str(tmp_path),
+    )
+    assert "x.csv: no such file" in line
+
+
+def test_missing_checkpoint_is_one_line(capsys, tmp_path):
+    line = one_line_failure(
+        capsys,
+        "test",
+        "--config",
+        TINY,
+        "--ckpt_path",
+        str(tmp_path / "gone.ckpt"),
+        "--trainer.default_root_dir",
+        str(tmp_path),
+    )
+    assert "gone.ckpt: checkpoint not found" in line
+
+
+def test_truncated_checkpoint_is_one_line(capsys, fitted, tmp_path):
+    broken = tmp_path / "broken.ckpt"
+    broken.write_bytes((fitted / "checkpoints" / "last.ckpt").read_bytes()[:5000])
+    line = one_line_failure(
+        capsys,
+        "test",
+        "--config",
+        TINY,
+        "--ckpt_path",
+        str(broken),
+        "--trainer.default_root_dir",
+        str(tmp_path),
+    )
+    assert "broken.ckpt: not a loadable checkpoint" in line
+
+
+def test_unknown_key_is_refused(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli("fit", "--config", TINY, "--model.d_modle", "64")
+    assert exit_info.value.code == 2
+    assert "d_modle" in capsys.readouterr().err
+
+
+def instantiate(config: str, *overrides: str) -> DocClassCLI:
+    return DocClassCLI(
+        DocClassifierModule, DocDataModule, run=False, args=["--config", config, *overrides]
+    )
+
+
+@pytest.mark.parametrize("name", ["bbc", "tiny"])
+def test_cpu_configs_instantiate(name, tmp_path):
+    cli = instantiate(str(CONFIGS / f"{name}.yaml"), "--trainer.default_root_dir", str(tmp_path))
+    assert cli.model.hparams.num_classes == 5
+    assert cli.model.hparams.vocab_size == cli.datamodule.tokenizer.get_vocab_size()
+
+
+@pytest.mark.parametrize("name", ["ag_news", "imdb", "yelp_review_full", "dbpedia_14"])
+def test_hub_configs_instantiate_on_hub_shaped_local_data(name, tmp_path):
+    """The GPU configs, with the hub swapped for a local folder in ag_news's layout."""
+    root = write_ag_news_like(tmp_path / "data")
+    cli = instantiate(
+        str(CONFIGS / f"{name}.yaml"),
+        "--data.source",
+        str(root),
+        "--data.text_column",
+        "text",
+        "--data.tokenizer.vocab_size",
+        "500",
+        "--data.num_workers",
+        "0",
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.default_root_dir",
+        str(tmp_path / "run"),
+    )
+    assert cli.trainer.precision == "bf16-mixed"
+    assert cli.model.hparams.num_classes == 4 and cli.model.hparams.n_layers >= 2
+
+
+def test_console_script_help():
+    result = subprocess.run(
+        [sys.executable, "-m", "docclass.cli", "--help"], capture_output=True, text=True, check=True
+    )
+    for subcommand in ("fit", "validate", "test", "predict"):
+        assert subcommand in result.stdout

@@ -1,0 +1,144 @@
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import padded_batch
+from torch.testing import assert_close
+
+from docclass.errors import ConfigError
+from docclass.model import DocumentClassifier, ModelConfig, drop_words
+
+
+def tiny_config(**overrides) -> ModelConfig:
+    settings = dict(
+        vocab_size=50,
+        num_classes=3,
+        d_model=16,
+        n_heads=2,
+        n_layers=2,
+        pool_heads=2,
+        dropout=0.0,
+        embed_dropout=0.0,
+    )
+    return ModelConfig(**{**settings, **overrides})
+
+
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned", "none"])
+def test_output_shapes(positions):
+    model = DocumentClassifier(tiny_config(positions=positions)).eval()
+    ids, mask = padded_batch([5, 9, 2])
+    out = model(ids, mask, need_layer_weights=True)
+    assert out.logits.shape == (3, 3)
+    assert out.pool_weights.shape == (3, 2, 9)
+    assert len(out.layer_weights) == 2 and out.layer_weights[0].shape == (3, 2, 9, 9)
+    assert model(ids, mask).layer_weights is None
+
+
+def test_pool_weights_are_zero_on_padding_and_sum_to_one():
+    model = DocumentClassifier(tiny_config()).eval()
+    ids, mask = padded_batch([4, 11, 7])
+    weights = model(ids, mask).pool_weights
+    assert torch.all(weights.masked_select(~mask[:, None, :].expand_as(weights)) == 0)
+    assert_close(weights.sum(-1), torch.ones(3, 2))
+
+
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
+def test_extra_padding_does_not_change_logits(positions):
+    model = DocumentClassifier(tiny_config(positions=positions)).eval()
+    torch.manual_seed(1)
+    ids, mask = padded_batch([6, 3])
+    torch.manual_seed(1)
+    padded_ids, padded_mask = padded_batch([6, 3], extra_padding=10)
+    assert_close(
+        model(padded_ids, padded_mask).logits, model(ids, mask).logits, atol=1e-5, rtol=1e-5
+    )
+
+
+def test_fused_and_explicit_paths_agree():
+    model = DocumentClassifier(tiny_config()).eval()
+    ids, mask = padded_batch([8, 5, 1])
+    assert_close(
+        model(ids, mask, need_layer_weights=True).logits,
+        model(ids, mask).logits,
+        atol=1e-5,
+        rtol=1e-5,
+    )
+
+
+def test_logits_are_exact_sums_of_token_contributions():
+    """The read-out is linear: logit_c = Σ_h Σ_t α_ht · w_cᵀ W_o[:, h] v_ht + bias_c."""
+    model = DocumentClassifier(tiny_config()).eval()
+    ids, mask = padded_batch([7, 4])
+    captured = {}
+    model.pool.register_forward_hook(lambda module, args, out: captured.update(states=args[0]))
+    out = model(ids, mask)
+    pool = model.pool
+    values = pool.value_proj(captured["states"]).view(2, ids.shape[1], 2, 8)  # (B, T, H, Dh)
+    projection = model.head.weight @ pool.out_proj.weight  # (C, D)
+    per_head_projection = projection.view(3, 2, 8)  # (C, H, Dh)
+    contributions = torch.einsum("bht,bthd,chd->btc", out.pool_weights, values, per_head_projection)
+    bias = model.head.weight @ pool.out_proj.bias + model.head.bias
+    assert_close(contributions.sum(1) + bias, out.logits, atol=1e-5, rtol=1e-5)
+    assert torch.all(contributions[~mask] == 0)
+
+
+def test_overfits_a_small_batch():
+    torch.manual_seed(0)
+    model = DocumentClassifier(tiny_config(n_layers=1))
+    ids, mask = padded_batch([12, 7, 9, 15, 4, 10, 8, 6])
+    labels = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    optimiser = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(150):
+        optimiser.zero_grad()
+        loss = F.cross_entropy(model(ids, mask).logits, labels)
+        loss.backward()
+        optimiser.step()
+    model.eval()
+    assert (model(ids, mask).logits.argmax(-1) == labels).all()
+    assert loss.item() < 0.05
+
+
+def test_word_dropout_hides_tokens_but_never_a_whole_document():
+    mask = torch.ones(200, 30, dtype=torch.bool)
+    mask[:, 25:] = False
+    mask[0, 1:] = False  # a one-token document
+    dropped = drop_words(mask, 0.3)
+    assert not (dropped & ~mask).any()
+    assert dropped.any(-1).all()
+    assert 0.25 < 1 - dropped[1:].sum() / mask[1:].sum() < 0.35
+
+
+def test_word_dropout_only_in_training():
+    model = DocumentClassifier(tiny_config(word_dropout=0.5)).eval()
+    ids, mask = padded_batch([10, 10])
+    assert torch.equal(model(ids, mask).logits, model(ids, mask).logits)
+
+
+def test_gradients_reach_inputs_embeds():
+    model = DocumentClassifier(tiny_config()).eval()
+    ids, mask = padded_batch([5, 3])
+    embeds = model.embed_tokens(ids).detach().requires_grad_()
+    model(ids, mask, inputs_embeds=embeds).logits.sum().backward()
+    assert embeds.grad is not None and torch.isfinite(embeds.grad).all()
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(d_model=30, n_heads=4), "d_model \\(30\\) must be divisible by n_heads \\(4\\)"),
+        (dict(pool_heads=3), "divisible by pool_heads"),
+        (dict(dropout=-0.1), "dropout must be in \\[0, 1\\)"),
+        (dict(pool_score="cosine"), "pool_score must be one of"),
+        (dict(positions="rotary"), "positions must be one of"),
+        (dict(n_layers=-1), "n_layers must be >= 0"),
+    ],
+)
+def test_impossible_configs_are_refused(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        tiny_config(**overrides)
+
+
+def test_learned_positions_refuse_overlong_input():
+    model = DocumentClassifier(tiny_config(positions="learned", max_positions=8))
+    ids, mask = padded_batch([9])
+    with pytest.raises(ValueError, match="exceeds max_positions=8"):
+        model(ids, mask)
