@@ -7,6 +7,7 @@ split text the same way.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,7 +26,10 @@ NORMALIZATIONS = ("NFC", "NFD", "NFKC", "NFKD", "none")
 class TokenizerSpec:
     """How to train the tokenizer."""
 
-    kind: str = "wordpiece"  # wordpiece | bpe (subword) | wordlevel (whole words, rest [UNK])
+    # bpe (subword; the default because its training is deterministic) | wordpiece (subword;
+    # tokenizers 0.23's trainer breaks ties in hash order, so two runs can differ) | wordlevel
+    # (whole words, the rest [UNK])
+    kind: str = "bpe"
     vocab_size: int = 20000  # upper bound; a small corpus may yield fewer
     min_frequency: int = 2  # a piece must occur this often in the training split
     lowercase: bool = True
@@ -88,9 +92,24 @@ def train_tokenizer(texts: Sequence[str], spec: TokenizerSpec) -> Tokenizer:
     # Splits on whitespace and punctuation; offsets still point into the original text.
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    if spec.kind != "bpe":
+        tokenizer = _canonical_ids(tokenizer)
     if tokenizer.token_to_id(PAD_TOKEN) != PAD_ID or tokenizer.token_to_id(UNK_TOKEN) != UNK_ID:
         raise RuntimeError("special tokens did not receive their fixed ids")
     return tokenizer
+
+
+def _canonical_ids(tokenizer: Tokenizer) -> Tokenizer:
+    """Renumber a WordPiece or word-level vocabulary: specials first, then sorted tokens.
+
+    The WordPiece trainer numbers its initial alphabet in hash-map order, which changes from
+    run to run; the same seed must give the same ids, or two runs train different models.
+    """
+    state = json.loads(tokenizer.to_str())
+    tokens = state["model"]["vocab"]
+    ordered = SPECIAL_TOKENS + sorted(t for t in tokens if t not in SPECIAL_TOKENS)
+    state["model"]["vocab"] = {token: i for i, token in enumerate(ordered)}
+    return Tokenizer.from_str(json.dumps(state))
 
 
 def load_tokenizer(serialised: str) -> Tokenizer:

@@ -55,10 +55,11 @@ HARD_TEXTS = [
 ]
 
 
+@pytest.mark.parametrize("kind", ["bpe", "wordpiece"])
 @pytest.mark.parametrize("text, words", HARD_TEXTS)
-def test_tokens_group_into_words_with_exact_spans(text, words):
+def test_tokens_group_into_words_with_exact_spans(text, words, kind):
     # A small vocabulary forces rare words into many pieces.
-    tokenizer = train_tokenizer(CORPUS, TokenizerSpec(vocab_size=80, min_frequency=1))
+    tokenizer = train_tokenizer(CORPUS, TokenizerSpec(kind=kind, vocab_size=80, min_frequency=1))
     encoding = encode_batch(tokenizer, [text])[0]
     alignment = align_words(encoding)
     assert [text[s:e] for s, e in alignment.word_spans] == words
@@ -66,8 +67,9 @@ def test_tokens_group_into_words_with_exact_spans(text, words):
     assert alignment.token_words == sorted(alignment.token_words)
 
 
-def test_word_split_into_many_pieces_maps_to_one_word():
-    tokenizer = train_tokenizer(CORPUS, TokenizerSpec(vocab_size=100, min_frequency=1))
+@pytest.mark.parametrize("kind", ["bpe", "wordpiece"])
+def test_word_split_into_many_pieces_maps_to_one_word(kind):
+    tokenizer = train_tokenizer(CORPUS, TokenizerSpec(kind=kind, vocab_size=100, min_frequency=1))
     encoding = encode_batch(tokenizer, ["strikerscored"])[0]
     assert UNK_ID not in encoding.ids
     assert len(encoding.ids) > 4
@@ -103,3 +105,10 @@ def test_strip_accents_setting():
 def test_bad_settings_are_refused(settings, message):
     with pytest.raises(ConfigError, match=message):
         TokenizerSpec(**settings)
+
+
+@pytest.mark.parametrize("kind", ["bpe", "wordlevel"])
+def test_training_is_deterministic(kind):
+    texts = [f"{line} number{i} {i * 7}th" for i, line in enumerate(CORPUS * 3)]
+    spec = TokenizerSpec(kind=kind, vocab_size=400, min_frequency=1)
+    assert train_tokenizer(texts, spec).to_str() == train_tokenizer(texts, spec).to_str()
