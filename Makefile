@@ -34,7 +34,8 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix docclass tests scripts
 
 seeds: $(STAMP)  ## the default config over three seeds: the spread the README quotes
-	$(BIN)/python scripts/seeds.py configs/bbc.yaml --seeds 0 1 2 --out reports/seeds/bbc
+	$(BIN)/python scripts/seeds.py configs/bbc.yaml --seeds 0 1 2 --out reports/seeds/bbc \
+		--summary reports/bbc-seeds.json
 
 clean:
 	rm -rf $(VENV) reports/tiny reports/bbc

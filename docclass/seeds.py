@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from docclass.callbacks import machine_summary
+
 
 def summarise(values: list[float]) -> dict[str, float]:
     return {
@@ -62,6 +64,7 @@ def run_seeds(config: str, seeds: list[int], out: Path, overrides: list[str]) ->
         print(json.dumps(runs[-1]), flush=True)
     summary = {
         "config": config,
+        "machine": machine_summary(),
         "overrides": overrides,
         "runs": runs,
         **{

@@ -1,6 +1,8 @@
 """Spread of a config over seeds; extra ``docclass fit`` arguments go after ``--``.
 
-python scripts/seeds.py configs/bbc.yaml --seeds 0 1 2 --out reports/seeds/bbc -- --model.n_layers 2
+Example:
+    python scripts/seeds.py configs/bbc.yaml --seeds 0 1 2 --out reports/seeds/bbc \\
+        --summary reports/bbc-seeds.json -- --model.n_layers 2
 """
 
 import argparse
@@ -18,7 +20,11 @@ parser = argparse.ArgumentParser(
 )
 parser.add_argument("config")
 parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-parser.add_argument("--out", type=Path, required=True)
+parser.add_argument("--out", type=Path, required=True, help="folder for the runs")
+parser.add_argument("--summary", type=Path, help="also write the summary JSON here")
 args = parser.parse_args(own)
 summary = run_seeds(args.config, args.seeds, args.out, overrides)
+if args.summary:
+    args.summary.parent.mkdir(parents=True, exist_ok=True)
+    args.summary.write_text(json.dumps(summary, indent=2) + "\n")
 print(json.dumps({k: v for k, v in summary.items() if k != "runs"}, indent=2))

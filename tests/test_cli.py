@@ -58,7 +58,7 @@ def test_checkpoint_loads_without_pickle_and_carries_what_predicting_needs(fitte
     assert artifact["label_names"][0] == "business"
     assert artifact["model_config"]["d_model"] == 32
     assert artifact["max_tokens"] == 64
-    assert json.loads(artifact["tokenizer"])["model"]["type"] == "WordPiece"
+    assert json.loads(artifact["tokenizer"])["model"]["type"] == "BPE"
     assert read_artifact(fitted / "checkpoints" / "last.ckpt") == artifact
 
 
@@ -222,3 +222,27 @@ def test_console_script_help():
     )
     for subcommand in ("fit", "validate", "test", "predict"):
         assert subcommand in result.stdout
+
+
+def test_same_seed_same_result_on_cpu(fitted, tmp_path):
+    run_cli("fit", "--config", TINY, "--trainer.default_root_dir", str(tmp_path))
+    first = json.loads((fitted / "metrics.json").read_text())
+    second = json.loads((tmp_path / "metrics.json").read_text())
+    assert second["test"] == first["test"] and second["val"] == first["val"]
+
+
+def test_bf16_mixed_precision_trains(tmp_path):
+    run_cli(
+        "fit",
+        "--config",
+        TINY,
+        "--trainer.precision",
+        "bf16-mixed",
+        "--trainer.max_epochs",
+        "1",
+        "--trainer.default_root_dir",
+        str(tmp_path),
+    )
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["val"]["loss"] == metrics["val"]["loss"]  # not NaN
+    assert metrics["test"]["n_documents"] == 213
