@@ -77,7 +77,14 @@ class DocClassCLI(LightningCLI):
                     filename="best",
                     monitor="val/acc",
                     mode="max",
-                    save_last=True,
+                    enable_version_counter=False,
+                ),
+                # Lightning 2.6's save_last refreshes last.ckpt only when the monitored metric
+                # improved; an unmonitored checkpoint is rewritten after every epoch instead.
+                ModelCheckpoint(
+                    dirpath=run_dir / "checkpoints",
+                    filename="last",
+                    save_top_k=1,
                     enable_version_counter=False,
                 ),
                 RunReport(run_config),

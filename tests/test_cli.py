@@ -54,6 +54,11 @@ def test_fit_writes_metrics_figures_split_and_checkpoints(fitted):
 
 def test_checkpoint_loads_without_pickle_and_carries_what_predicting_needs(fitted):
     checkpoint = torch.load(fitted / "checkpoints" / "last.ckpt", weights_only=True)
+    # "last" means the final weights, even when the last epoch did not improve validation.
+    assert (
+        checkpoint["global_step"]
+        == json.loads((fitted / "metrics.json").read_text())["global_steps"]
+    )
     artifact = checkpoint[ARTIFACT_KEY]
     assert artifact["label_names"][0] == "business"
     assert artifact["model_config"]["d_model"] == 32
@@ -62,46 +67,30 @@ def test_checkpoint_loads_without_pickle_and_carries_what_predicting_needs(fitte
     assert read_artifact(fitted / "checkpoints" / "last.ckpt") == artifact
 
 
+def from_checkpoint(subcommand: str, fitted, run_dir, *extra: str) -> None:
+    last = str(fitted / "checkpoints" / "last.ckpt")
+    run_cli(
+        subcommand,
+        "--config",
+        TINY,
+        "--ckpt_path",
+        last,
+        "--trainer.default_root_dir",
+        str(run_dir),
+        *extra,
+    )
+
+
 def test_test_from_checkpoint_reproduces_the_fit_report(fitted, tmp_path):
-    run_cli(
-        "test",
-        "--config",
-        TINY,
-        "--ckpt_path",
-        str(fitted / "checkpoints" / "last.ckpt"),
-        "--trainer.default_root_dir",
-        str(tmp_path),
-    )
+    # A changed vocabulary setting would train another tokenizer: the checkpoint's must win.
+    from_checkpoint("test", fitted, tmp_path, "--data.tokenizer.vocab_size", "500")
     after_fit = json.loads((fitted / "metrics.json").read_text())["test"]
-    from_checkpoint = json.loads((tmp_path / "metrics.json").read_text())["test"]
-    assert from_checkpoint["confusion_matrix"] == after_fit["confusion_matrix"]
-
-
-def test_checkpoint_tokenizer_wins_over_a_changed_config(fitted, tmp_path):
-    # A different vocabulary setting would build a different tokenizer; the checkpoint's is used.
-    run_cli(
-        "validate",
-        "--config",
-        TINY,
-        "--data.tokenizer.vocab_size",
-        "500",
-        "--ckpt_path",
-        str(fitted / "checkpoints" / "last.ckpt"),
-        "--trainer.default_root_dir",
-        str(tmp_path),
-    )
+    from_checkpoint_metrics = json.loads((tmp_path / "metrics.json").read_text())["test"]
+    assert from_checkpoint_metrics["confusion_matrix"] == after_fit["confusion_matrix"]
 
 
 def test_predict_writes_one_row_per_document(fitted, tmp_path):
-    run_cli(
-        "predict",
-        "--config",
-        TINY,
-        "--ckpt_path",
-        str(fitted / "checkpoints" / "last.ckpt"),
-        "--trainer.default_root_dir",
-        str(tmp_path),
-    )
+    from_checkpoint("predict", fitted, tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
     assert len(rows) == 213 and len({r["id"] for r in rows}) == 213
     assert abs(sum(rows[0]["probs"].values()) - 1) < 1e-4
