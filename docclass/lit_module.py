@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 
 import lightning.pytorch as pl
 import torch
@@ -67,22 +68,11 @@ class DocClassifierModule(pl.LightningModule):
         if not 0 <= label_smoothing < 1:
             raise ConfigError(f"model.label_smoothing must be in [0, 1), got {label_smoothing}")
         self.save_hyperparameters()
-        self.config = ModelConfig(
-            vocab_size=vocab_size,
-            num_classes=num_classes,
-            d_model=d_model,
-            n_heads=n_heads,
-            n_layers=n_layers,
-            pool_heads=pool_heads,
-            pool_score=pool_score,
-            ffn_mult=ffn_mult,
-            dropout=dropout,
-            attn_dropout=attn_dropout,
-            embed_dropout=embed_dropout,
-            word_dropout=word_dropout,
-            positions=positions,
-            max_positions=max_positions,
-        )
+        # The model's own settings are the subset of these arguments that ModelConfig names.
+        settings = {
+            f.name: self.hparams[f.name] for f in fields(ModelConfig) if f.name in self.hparams
+        }
+        self.config = ModelConfig(**settings)
         self.model = DocumentClassifier(self.config)
         self.metrics = torch.nn.ModuleDict(
             {

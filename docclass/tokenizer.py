@@ -18,7 +18,12 @@ from docclass.errors import ConfigError
 PAD_TOKEN, UNK_TOKEN = "[PAD]", "[UNK]"
 PAD_ID, UNK_ID = 0, 1  # fixed by the order of SPECIAL_TOKENS
 SPECIAL_TOKENS = [PAD_TOKEN, UNK_TOKEN]
-TOKENIZER_KINDS = ("wordpiece", "bpe", "wordlevel")
+MODEL_AND_TRAINER = {
+    "bpe": (models.BPE, trainers.BpeTrainer),
+    "wordpiece": (models.WordPiece, trainers.WordPieceTrainer),
+    "wordlevel": (models.WordLevel, trainers.WordLevelTrainer),
+}
+TOKENIZER_KINDS = tuple(MODEL_AND_TRAINER)
 NORMALIZATIONS = ("NFC", "NFD", "NFKC", "NFKD", "none")
 
 
@@ -62,30 +67,14 @@ def _normalizer(spec: TokenizerSpec) -> normalizers.Normalizer | None:
 
 def train_tokenizer(texts: Sequence[str], spec: TokenizerSpec) -> Tokenizer:
     """Train a tokenizer on ``texts`` (the training split)."""
-    if spec.kind == "wordpiece":
-        tokenizer = Tokenizer(models.WordPiece(unk_token=UNK_TOKEN))
-        trainer = trainers.WordPieceTrainer(
-            vocab_size=spec.vocab_size,
-            min_frequency=spec.min_frequency,
-            special_tokens=SPECIAL_TOKENS,
-            show_progress=False,
-        )
-    elif spec.kind == "bpe":
-        tokenizer = Tokenizer(models.BPE(unk_token=UNK_TOKEN))
-        trainer = trainers.BpeTrainer(
-            vocab_size=spec.vocab_size,
-            min_frequency=spec.min_frequency,
-            special_tokens=SPECIAL_TOKENS,
-            show_progress=False,
-        )
-    else:
-        tokenizer = Tokenizer(models.WordLevel(unk_token=UNK_TOKEN))
-        trainer = trainers.WordLevelTrainer(
-            vocab_size=spec.vocab_size,
-            min_frequency=spec.min_frequency,
-            special_tokens=SPECIAL_TOKENS,
-            show_progress=False,
-        )
+    model_class, trainer_class = MODEL_AND_TRAINER[spec.kind]
+    tokenizer = Tokenizer(model_class(unk_token=UNK_TOKEN))
+    trainer = trainer_class(
+        vocab_size=spec.vocab_size,
+        min_frequency=spec.min_frequency,
+        special_tokens=SPECIAL_TOKENS,
+        show_progress=False,
+    )
     normalizer = _normalizer(spec)
     if normalizer is not None:
         tokenizer.normalizer = normalizer
