@@ -162,6 +162,26 @@ def test_truncated_checkpoint_is_one_line(capsys, fitted, tmp_path):
     assert "broken.ckpt: not a loadable checkpoint" in line
 
 
+class _RunsCodeWhenUnpickled:
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_checkpoint_with_pickled_code_is_refused_before_anything_runs(capsys, tmp_path):
+    marker = tmp_path / "code-ran"
+    evil = tmp_path / "evil.ckpt"
+    torch.save({"docclass": {"format_version": 1}, "payload": _RunsCodeWhenUnpickled(marker)}, evil)
+    line = one_line_failure(
+        capsys, "test", "--config", TINY, "--ckpt_path", str(evil),
+        "--trainer.default_root_dir", str(tmp_path),
+    )  # fmt: skip
+    assert "evil.ckpt: not a loadable checkpoint" in line
+    assert not marker.exists()
+
+
 def test_unknown_key_is_refused(capsys):
     with pytest.raises(SystemExit) as exit_info:
         run_cli("fit", "--config", TINY, "--model.d_modle", "64")
