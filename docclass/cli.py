@@ -20,7 +20,7 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from docclass.callbacks import PredictionWriter, RunReport
 from docclass.checkpoint import read_artifact
 from docclass.data import DocDataModule
-from docclass.errors import UserError
+from docclass.errors import ConfigError, UserError
 from docclass.lit_module import DocClassifierModule
 
 # Named checkpoints Lightning resolves itself; anything else given as ckpt_path is a file.
@@ -60,6 +60,15 @@ class DocClassCLI(LightningCLI):
         if ckpt_path and ckpt_path not in LIGHTNING_CKPT_ALIASES and not config.data.tokenizer_from:
             # A checkpoint's weights only make sense with its own tokenizer and label order.
             config.data.tokenizer_from = ckpt_path
+        max_tokens, max_positions = config.data.max_tokens, config.model.max_positions
+        if config.model.positions == "learned" and (
+            max_tokens is None or max_tokens > max_positions
+        ):
+            # Caught here rather than at the first long batch, minutes into training.
+            raise ConfigError(
+                f"learned positions cover {max_positions} tokens but data.max_tokens is "
+                f"{max_tokens}; set data.max_tokens <= model.max_positions or positions: sinusoidal"
+            )
 
     def instantiate_trainer(self, **kwargs):
         trainer_config = self._subcommand_section(self.config_init)["trainer"]

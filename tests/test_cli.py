@@ -118,6 +118,23 @@ def test_impossible_model_setting_is_one_line(capsys, tmp_path):
     assert line.startswith("docclass: error: model config:") and "d_model (33)" in line
 
 
+def test_learned_positions_shorter_than_documents_refused_at_start(capsys, tmp_path):
+    line = one_line_failure(
+        capsys, "fit", "--config", TINY, "--model.positions", "learned",
+        "--model.max_positions", "32", "--trainer.default_root_dir", str(tmp_path),
+    )  # fmt: skip
+    assert "learned positions cover 32 tokens but data.max_tokens is 64" in line
+
+
+def test_whole_documents_without_truncation(tmp_path):
+    run_cli(
+        "fit", "--config", TINY, "--data.max_tokens", "null", "--data.eval_batch_size", "16",
+        "--trainer.max_epochs", "1", "--trainer.default_root_dir", str(tmp_path),
+    )  # fmt: skip
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["data"]["test_truncated"] == 0 and metrics["test"]["n_documents"] == 213
+
+
 def test_missing_data_file_is_one_line(capsys, tmp_path):
     line = one_line_failure(
         capsys,
