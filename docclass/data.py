@@ -273,7 +273,7 @@ class DocDataModule(pl.LightningDataModule):
 
     # -- preparation ---------------------------------------------------------------------
     def prepare(self) -> None:
-        """Load, clean, de-duplicate, split and tokenize once; later calls return at once."""
+        """Load, clean, de-duplicate, split and get the tokenizer, once; later calls return."""
         if self.splits is not None:
             return
         artifact = read_artifact(self.tokenizer_from) if self.tokenizer_from else None

@@ -101,6 +101,18 @@ def _is_class_folder_tree(path: Path) -> bool:
     return any(child.is_dir() and any(child.glob("*.txt")) for child in path.iterdir())
 
 
+def root_cause(error: BaseException) -> BaseException:
+    """The innermost exception: ``datasets`` wraps parser errors in a generic one."""
+    while error.__cause__ is not None or error.__context__ is not None:
+        error = error.__cause__ or error.__context__
+    return error
+
+
+def one_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0][:300]}" if text else type(error).__name__
+
+
 def _load_with_datasets(spec: SourceSpec) -> datasets.DatasetDict:
     path = Path(spec.source)
     try:
@@ -127,13 +139,11 @@ def _load_with_datasets(spec: SourceSpec) -> datasets.DatasetDict:
         raise DataError(
             f"dataset {spec.source!r} could not be loaded: {hint} (or the name is misspelt)"
         ) from error
-    except ValueError as error:
-        # datasets raises ValueError for unknown configs and empty or malformed files.
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-        raise DataError(f"{spec.source}: {first_line}") from error
-    except Exception as error:  # parsers raise many types; name the file and the cause
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-        raise DataError(f"{spec.source}: could not be parsed: {first_line}") from error
+    except Exception as error:  # parsers raise many types; name the file and the root cause
+        cause = root_cause(error)
+        not_utf8 = isinstance(cause, UnicodeDecodeError) or "utf8" in str(cause).lower()
+        hint = "; save it as UTF-8" if not_utf8 else ""
+        raise DataError(f"{spec.source}: could not be read: {one_line(cause)}{hint}") from error
 
 
 def _standardise(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> datasets.Dataset:

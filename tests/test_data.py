@@ -302,6 +302,21 @@ def test_empty_dataset(tmp_path):
     assert "no training documents left" in message
 
 
+@pytest.mark.parametrize(
+    "name, content, expected",
+    [
+        ("latin1.csv", b"text,label\n\xff\xfe caf\xe9,a\nok,b\n", "save it as UTF-8"),
+        ("empty.csv", b"", "No columns to parse"),
+        ("broken.jsonl", b'{"text": "a", "label": 1}\n{broken\n', "could not be read"),
+    ],
+)
+def test_unreadable_files_name_the_cause(tmp_path, name, content, expected):
+    path = tmp_path / name
+    path.write_bytes(content)
+    message = one_line_error(source=str(path))
+    assert message.startswith(f"{path}: could not be read") and expected in message
+
+
 def test_unsupported_file_type(tmp_path):
     path = tmp_path / "docs.xlsx"
     path.write_bytes(b"PK")
