@@ -7,6 +7,7 @@ T is the longest document in the batch (capped at ``max_tokens``), never a globa
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -250,7 +251,9 @@ class DocDataModule(pl.LightningDataModule):
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
         self.split_seed, self.split_file = split_seed, split_file
         self.max_docs_per_class = max_docs_per_class
-        self.tokenizer_spec, self.tokenizer_from = tokenizer, tokenizer_from
+        # A copy: the default instance is shared by every DataModule built without one.
+        self.tokenizer_spec = dataclasses.replace(tokenizer)
+        self.tokenizer_from = tokenizer_from
         self.max_tokens = max_tokens
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.num_workers, self.predict_split, self.seed = num_workers, predict_split, seed

@@ -200,6 +200,16 @@ def test_hub_loader_on_an_ag_news_shaped_folder(tmp_path):
     assert batch["input_ids"].shape[0] == 32
 
 
+def test_tfidf_anchor_scores_the_same_split(tmp_path):
+    from docclass.anchors import tfidf_svm_anchor
+
+    root = write_ag_news_like(tmp_path / "ag_news", n_train=120, n_test=40)
+    datamodule = DocDataModule(source=str(root), tokenizer=SMALL_TOKENIZER, val_fraction=0.25)
+    figures = tfidf_svm_anchor(datamodule)
+    # Topic words decide the label in this synthetic corpus: a linear model must get it right.
+    assert figures["test_acc"] == 1.0 and figures["test_documents"] == 40
+
+
 def test_dbpedia_shaped_parquet_with_a_configured_text_column(tmp_path):
     rows = topical_rows(60)
     data = datasets.Dataset.from_dict(
