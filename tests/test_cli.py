@@ -89,6 +89,15 @@ def test_test_from_checkpoint_reproduces_the_fit_report(fitted, tmp_path):
     assert from_checkpoint_metrics["confusion_matrix"] == after_fit["confusion_matrix"]
 
 
+def test_fit_resumes_from_last_checkpoint(fitted, tmp_path):
+    from_checkpoint("fit", fitted, tmp_path, "--trainer.max_epochs", "3")
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    first = json.loads((fitted / "metrics.json").read_text())
+    # Two epochs restored from the checkpoint, one more trained: the step count continues.
+    assert metrics["epochs_trained"] == 3
+    assert metrics["global_steps"] == first["global_steps"] * 3 // 2
+
+
 def test_predict_writes_one_row_per_document(fitted, tmp_path):
     from_checkpoint("predict", fitted, tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
