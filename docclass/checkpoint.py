@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from docclass.errors import CheckpointError
+from docclass.errors import CheckpointError, one_line
 
 ARTIFACT_KEY = "docclass"
 FORMAT_VERSION = 1
@@ -37,9 +37,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         pickle.UnpicklingError,
         ValueError,
     ) as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CheckpointError(
-            f"{path}: not a loadable checkpoint (truncated, corrupted or unsafe: {reason[:200]})"
+            f"{path}: not a loadable checkpoint (truncated, corrupted or unsafe: {one_line(error)})"
         ) from error
 
 

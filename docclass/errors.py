@@ -1,6 +1,12 @@
 """Errors a user can fix. The command line prints their message as one line and exits 2."""
 
 
+def one_line(error: BaseException) -> str:
+    """An exception as ``Type: first line of its message`` (at most 300 characters)."""
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0][:300]}" if text else type(error).__name__
+
+
 class UserError(ValueError):
     """A problem in the user's input or settings; its message says what is wrong and the fix."""
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import datasets
 
-from docclass.errors import DataError
+from docclass.errors import DataError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -106,11 +106,6 @@ def root_cause(error: BaseException) -> BaseException:
     while error.__cause__ is not None or error.__context__ is not None:
         error = error.__cause__ or error.__context__
     return error
-
-
-def one_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0][:300]}" if text else type(error).__name__
 
 
 def _load_with_datasets(spec: SourceSpec) -> datasets.DatasetDict:

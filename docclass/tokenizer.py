@@ -92,7 +92,8 @@ def _canonical_ids(tokenizer: Tokenizer) -> Tokenizer:
     """Renumber a WordPiece or word-level vocabulary: specials first, then sorted tokens.
 
     The WordPiece trainer numbers its initial alphabet in hash-map order, which changes from
-    run to run; the same seed must give the same ids, or two runs train different models.
+    run to run. Renumbering makes equal vocabularies get equal ids; it cannot stop that trainer
+    from sometimes choosing different tokens, which is why BPE is the default.
     """
     state = json.loads(tokenizer.to_str())
     tokens = state["model"]["vocab"]
