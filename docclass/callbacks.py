@@ -16,7 +16,7 @@ import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.loggers import CSVLogger
 
-from docclass.report.figures import plot_confusion_matrix, plot_training_curves
+from docclass.report.figures import confusion_matrix_figure, save_png, training_curves_figure
 
 log = logging.getLogger(__name__)
 
@@ -123,10 +123,10 @@ class RunReport(pl.Callback):
             "machine": machine_summary(),
         }
         (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, default=str))
-        plot_confusion_matrix(matrix, label_names, run_dir / "confusion_matrix.png")
+        save_png(confusion_matrix_figure(matrix, label_names), run_dir / "confusion_matrix.png")
         metric_log = self._metric_log(trainer)
         if metric_log is not None:
-            plot_training_curves(metric_log, run_dir / "training_curves.png")
+            save_png(training_curves_figure(metric_log), run_dir / "training_curves.png")
         if datamodule is not None and hasattr(datamodule, "write_split"):
             datamodule.write_split(run_dir / "split.json")
         print(
@@ -200,3 +200,58 @@ class PredictionWriter(BasePredictionWriter):
             self._handle.close()
             log.info("predictions written to %s", self.resolved_path)
             print(f"predictions → {self.resolved_path}")
+
+
+class AttentionSnapshots(pl.Callback):
+    """Writes report pages for a few fixed validation documents every ``every_n_epochs``.
+
+    Open ``<run>/attention/epoch_NNN/index.html`` from successive epochs to watch where the
+    model's attention settles while it trains.
+
+    Args:
+        every_n_epochs: write after every this many validation epochs.
+        n_documents: how many validation documents (the first ones of the split: the same
+            documents every time).
+        dirname: folder under the run's ``default_root_dir``.
+    """
+
+    def __init__(
+        self, every_n_epochs: int = 1, n_documents: int = 4, dirname: str = "attention"
+    ) -> None:
+        if every_n_epochs < 1 or n_documents < 1:
+            raise ValueError("every_n_epochs and n_documents must be positive")
+        self.every_n_epochs = every_n_epochs
+        self.n_documents = n_documents
+        self.dirname = dirname
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        epoch = trainer.current_epoch
+        if trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        if (epoch + 1) % self.every_n_epochs:
+            return
+        # Imported here: reporting imports the data module, which imports this module's users.
+        from docclass.checkpoint import TrainedClassifier
+        from docclass.reporting import documents_from_datamodule, make_report
+
+        datamodule = trainer.datamodule
+        documents = documents_from_datamodule(datamodule, "val")
+        classifier = TrainedClassifier(
+            model=pl_module.model,
+            tokenizer=datamodule.tokenizer,
+            label_names=list(datamodule.label_names),
+            max_tokens=datamodule.max_tokens,
+        )
+        was_training = pl_module.model.training
+        out_dir = Path(trainer.default_root_dir) / self.dirname / f"epoch_{epoch:03d}"
+        try:
+            make_report(
+                classifier,
+                documents,
+                out_dir,
+                title=f"attention after epoch {epoch}",
+                limit=self.n_documents,
+                device=str(pl_module.device),
+            )
+        finally:
+            pl_module.model.train(was_training)

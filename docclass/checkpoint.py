@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import pickle
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from tokenizers import Tokenizer
 
 from docclass.errors import CheckpointError, one_line
+from docclass.model import DocumentClassifier, ModelConfig
+from docclass.tokenizer import load_tokenizer
 
 ARTIFACT_KEY = "docclass"
 FORMAT_VERSION = 1
@@ -44,7 +48,11 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 
 def read_artifact(path: str | Path) -> dict[str, Any]:
     """The ``artifact`` entry: tokenizer JSON, label names, model config, max_tokens."""
-    checkpoint = load_checkpoint(path)
+    return read_artifact_from(load_checkpoint(path), path)
+
+
+def read_artifact_from(checkpoint: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """The artifact of an already loaded checkpoint; ``path`` names it in errors."""
     artifact = checkpoint.get(ARTIFACT_KEY)
     if not isinstance(artifact, dict):
         raise CheckpointError(f"{path}: has no docclass artifact; it was not written by docclass")
@@ -55,3 +63,40 @@ def read_artifact(path: str | Path) -> dict[str, Any]:
             f"{FORMAT_VERSION}; retrain or use the docclass release that wrote it"
         )
     return artifact
+
+
+@dataclass
+class TrainedClassifier:
+    """A checkpoint's network (in eval mode), tokenizer, label names and token limit."""
+
+    model: DocumentClassifier
+    tokenizer: Tokenizer
+    label_names: list[str]
+    max_tokens: int | None
+
+
+def load_classifier(path: str | Path) -> TrainedClassifier:
+    """Rebuild a trained classifier from a checkpoint: no training code, no pickle executed."""
+    checkpoint = load_checkpoint(path)
+    artifact = read_artifact_from(checkpoint, path)
+    if not artifact.get("tokenizer"):
+        raise CheckpointError(f"{path}: carries no tokenizer; it was saved before training began")
+    model = DocumentClassifier(ModelConfig(**artifact["model_config"]))
+    prefix = "model."
+    weights = {
+        key[len(prefix) :]: value
+        for key, value in checkpoint.get("state_dict", {}).items()
+        if key.startswith(prefix)
+    }
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as error:
+        raise CheckpointError(
+            f"{path}: weights do not fit the stored model config ({one_line(error)})"
+        ) from error
+    return TrainedClassifier(
+        model=model.eval(),
+        tokenizer=load_tokenizer(artifact["tokenizer"]),
+        label_names=list(artifact["label_names"]),
+        max_tokens=artifact.get("max_tokens"),
+    )

@@ -1,12 +1,18 @@
-"""The ``docclass`` command: LightningCLI subcommands ``fit``, ``validate``, ``test``, ``predict``.
+"""The ``docclass`` command.
 
-Every run writes into its trainer's ``default_root_dir`` (``reports/<run-name>/`` in the
-shipped configs): ``checkpoints/``, CSV and TensorBoard logs, and after testing
-``metrics.json``, ``confusion_matrix.png``, ``training_curves.png`` and ``split.json``.
+LightningCLI subcommands ``fit``, ``validate``, ``test``, ``predict``: every run writes into its
+trainer's ``default_root_dir`` (``reports/<run-name>/`` in the shipped configs):
+``checkpoints/``, CSV and TensorBoard logs, and after testing ``metrics.json``,
+``confusion_matrix.png``, ``training_curves.png``, ``split.json`` and (after ``fit``) the HTML
+report of the test split in ``report/``.
+
+``docclass report --ckpt CKPT --data CONFIG_OR_SOURCE --out DIR`` explains documents with a
+trained checkpoint and writes the standalone HTML report.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 import warnings
@@ -18,10 +24,11 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
 from docclass.callbacks import PredictionWriter, RunReport
-from docclass.checkpoint import read_artifact
+from docclass.checkpoint import TrainedClassifier, read_artifact
 from docclass.data import DocDataModule
 from docclass.errors import ConfigError, UserError
 from docclass.lit_module import DocClassifierModule
+from docclass.reporting import documents_from_datamodule, make_report, report_command
 
 # Named checkpoints Lightning resolves itself; anything else given as ckpt_path is a file.
 LIGHTNING_CKPT_ALIASES = {"last", "best", "hpc", "registry"}
@@ -39,6 +46,13 @@ class DocClassCLI(LightningCLI):
             type=bool,
             default=True,
             help="after 'fit', evaluate the final weights on the test split and write the report",
+        )
+        parser.add_argument(
+            "--report_after_fit",
+            type=bool,
+            default=True,
+            help="after testing, write the HTML word-score report of the test split to "
+            "<default_root_dir>/report/",
         )
 
     def _subcommand_section(self, namespace):
@@ -108,9 +122,80 @@ class DocClassCLI(LightningCLI):
         return super().instantiate_trainer(**kwargs)
 
     def after_fit(self) -> None:
-        if self.config.fit.get("test_after_fit") and not self.trainer.interrupted:
-            # The weights in memory are the last epoch's: validation is too small to pick epochs.
-            self.trainer.test(self.model, datamodule=self.datamodule, verbose=False)
+        if not self.config.fit.get("test_after_fit") or self.trainer.interrupted:
+            return
+        # The weights in memory are the last epoch's: validation is too small to pick epochs.
+        self.trainer.test(self.model, datamodule=self.datamodule, verbose=False)
+        if self.config.fit.get("report_after_fit") and self.trainer.is_global_zero:
+            run_dir = Path(self.trainer.default_root_dir)
+            classifier = TrainedClassifier(
+                model=self.model.model,
+                tokenizer=self.datamodule.tokenizer,
+                label_names=list(self.datamodule.label_names),
+                max_tokens=self.datamodule.max_tokens,
+            )
+            summary = make_report(
+                classifier,
+                documents_from_datamodule(self.datamodule, "test"),
+                run_dir / "report",
+                run_dir=run_dir,
+                title=f"docclass report · {run_dir.name}",
+                device=str(self.model.device),
+            )
+            print(f"report: {summary['documents']} documents → {summary['index']}")
+
+
+def report_parser() -> argparse.ArgumentParser:
+    """Arguments of ``docclass report``."""
+    parser = argparse.ArgumentParser(
+        prog="docclass report",
+        description="Explain documents with a trained checkpoint and write a standalone HTML "
+        "report: index.html, one page per document, explanations.jsonl.",
+    )
+    parser.add_argument("--ckpt", required=True, help="checkpoint written by 'docclass fit'")
+    parser.add_argument(
+        "--data",
+        required=True,
+        help="a YAML config (its --split, split exactly as in training) or a data source: "
+        "a CSV/JSONL/Parquet file, a folder of <class>/*.txt, 'bbc' or a hub dataset name",
+    )
+    parser.add_argument("--out", required=True, help="folder for the report (created)")
+    parser.add_argument("--split", default="test", help="split to explain (default: test)")
+    parser.add_argument("--text-column", default="text", help="text column of a data file")
+    parser.add_argument(
+        "--label-column",
+        default="label",
+        help="label column of a data file; 'none' for unlabelled documents",
+    )
+    parser.add_argument("--limit", type=int, default=None, help="explain only the first N")
+    parser.add_argument("--batch-size", type=int, default=16, help="documents per forward pass")
+    parser.add_argument(
+        "--all-classes",
+        action="store_true",
+        help="also store every word's contribution to every class (pages offer each)",
+    )
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, …")
+    return parser
+
+
+def _report_main(args: list[str]) -> None:
+    options = report_parser().parse_args(args)
+    summary = report_command(
+        ckpt=options.ckpt,
+        data=options.data,
+        out=options.out,
+        split=options.split,
+        text_column=options.text_column,
+        label_column=None if options.label_column.lower() == "none" else options.label_column,
+        limit=options.limit,
+        batch_size=options.batch_size,
+        all_classes=options.all_classes,
+        device=options.device,
+    )
+    print(
+        f"report: {summary['documents']} documents in {summary['total_s']:.1f} s "
+        f"→ {summary['index']}"
+    )
 
 
 def main(args: list[str] | None = None) -> None:
@@ -119,7 +204,11 @@ def main(args: list[str] | None = None) -> None:
     datasets.disable_progress_bars()
     # Batches are tokenized ahead of time and collate is trivial: workers only add start-up cost.
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    argv = sys.argv[1:] if args is None else list(args)
     try:
+        if argv[:1] == ["report"]:
+            _report_main(argv[1:])
+            return
         DocClassCLI(
             DocClassifierModule,
             DocDataModule,

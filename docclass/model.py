@@ -85,11 +85,15 @@ class ClassifierOutput(NamedTuple):
     logits: ``[B,C]``.
     pool_weights: ``[B,H,T]``; each row sums to 1 over real tokens and is exactly 0 on padding.
     layer_weights: one ``[B,H,T,T]`` per block when asked for, else None.
+    token_states: ``[B,T,D]``, the normalised token vectors the pool reads; with
+        ``pool_weights`` they give every token's exact share of each logit
+        (:meth:`DocumentClassifier.token_contributions`).
     """
 
     logits: torch.Tensor
     pool_weights: torch.Tensor
     layer_weights: list[torch.Tensor] | None
+    token_states: torch.Tensor
 
 
 def sinusoidal_positions(length: int, width: int, device: torch.device) -> torch.Tensor:
@@ -200,9 +204,38 @@ class DocumentClassifier(nn.Module):
             x, weights = block(x, mask, need_layer_weights)
             if layer_weights is not None:
                 layer_weights.append(weights)
-        pooled, pool_weights = self.pool(self.final_norm(x), mask)
+        token_states = self.final_norm(x)
+        pooled, pool_weights = self.pool(token_states, mask)
         logits = self.head(self.readout_dropout(pooled))
-        return ClassifierOutput(logits, pool_weights, layer_weights)
+        return ClassifierOutput(logits, pool_weights, layer_weights, token_states)
+
+    def token_contributions(
+        self, token_states: torch.Tensor, pool_weights: torch.Tensor
+    ) -> torch.Tensor:
+        """Each token's exact additive share of each class logit (eval mode).
+
+        ``logits[b, c] == token_contributions(...)[b, :, c].sum() + contribution_bias()[c]``,
+        because everything after the pool's softmax is linear:
+        ``logit_c = Σ_h Σ_t α_ht · w_cᵀ W_o[:, h] v_ht + w_cᵀ b_o + b_c``.
+
+        Args:
+            token_states: ``[B,T,D]`` from :class:`ClassifierOutput`.
+            pool_weights: ``[B,H,T]`` from :class:`ClassifierOutput`.
+
+        Returns:
+            ``[B,T,C]``; exactly 0 on padding.
+        """
+        batch, length, _ = token_states.shape
+        heads = self.pool.n_heads
+        values = self.pool.value_proj(token_states).view(batch, length, heads, -1)  # (B,T,H,Dh)
+        readout = (self.head.weight @ self.pool.out_proj.weight).view(
+            self.config.num_classes, heads, -1
+        )  # (C, H, Dh)
+        return torch.einsum("bht,bthd,chd->btc", pool_weights, values, readout)
+
+    def contribution_bias(self) -> torch.Tensor:
+        """``[C]``: the part of each logit no token accounts for (``w_cᵀ b_o + b_c``)."""
+        return self.head.weight @ self.pool.out_proj.bias + self.head.bias
 
 
 def drop_words(mask: torch.Tensor, rate: float) -> torch.Tensor:

@@ -36,7 +36,7 @@ class SourceSpec:
     source: str = "bbc"  # "bbc", a data file, a folder of class sub-folders, or a hub dataset
     hub_config: str | None = None  # the hub dataset's configuration name, if it has several
     text_column: str = "text"
-    label_column: str = "label"
+    label_column: str | None = "label"  # None: unlabelled documents (reports, bulk use)
     train_split: str = "train"  # split names used when the source ships its own splits
     val_split: str | None = None  # None: carve validation out of train
     test_split: str | None = "test"  # None or absent: carve test out of train
@@ -143,13 +143,16 @@ def _load_with_datasets(spec: SourceSpec) -> datasets.DatasetDict:
 
 def _standardise(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> datasets.Dataset:
     """Keep ``text`` and ``label`` (renamed from the configured columns) and add ``id``."""
-    missing = [c for c in (spec.text_column, spec.label_column) if c not in dataset.column_names]
+    wanted = [spec.text_column] + ([spec.label_column] if spec.label_column else [])
+    missing = [c for c in wanted if c not in dataset.column_names]
     if missing:
         raise DataError(
             f"{spec.source} ({split}): column(s) {missing} not found; it has {dataset.column_names}"
             " — set text_column / label_column"
         )
-    keep = {spec.text_column: "text", spec.label_column: "label"}
+    keep = {spec.text_column: "text"}
+    if spec.label_column:
+        keep[spec.label_column] = "label"
     has_id = "id" in dataset.column_names and "id" not in keep
     dataset = dataset.select_columns([*keep] + (["id"] if has_id else []))
     dataset = dataset.rename_columns({k: v for k, v in keep.items() if k != v})
@@ -189,7 +192,7 @@ def load_source(spec: SourceSpec) -> LoadedSource:
         elif name and role == "val":
             raise DataError(f"{spec.source}: has no split {name!r} (it has {list(loaded)})")
     log.info("loaded %s splits %s", spec.source, [s for s in wanted if s in loaded])
-    label_feature = splits["train"].features["label"]
+    label_feature = splits["train"].features.get("label")
     label_names = (
         list(label_feature.names) if isinstance(label_feature, datasets.ClassLabel) else None
     )

@@ -28,3 +28,15 @@ def padded_batch(
     for row, length in enumerate(lengths):
         ids[row, :length] = torch.randint(2, vocab, (length,))
     return ids, ids != 0
+
+
+@pytest.fixture(scope="session")
+def fitted(tmp_path_factory) -> Path:
+    """A run folder of ``docclass fit`` on the tiny config (checkpoints, metrics, report)."""
+    from docclass.cli import main
+
+    run_dir = tmp_path_factory.mktemp("tiny")
+    main(
+        ["fit", "--config", str(CONFIGS / "tiny.yaml"), "--trainer.default_root_dir", str(run_dir)]
+    )
+    return run_dir

@@ -21,13 +21,6 @@ def run_cli(*args: str) -> None:
     main([*args])
 
 
-@pytest.fixture(scope="module")
-def fitted(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("tiny")
-    run_cli("fit", "--config", TINY, "--trainer.default_root_dir", str(run_dir))
-    return run_dir
-
-
 def test_fit_writes_metrics_figures_split_and_checkpoints(fitted):
     metrics = json.loads((fitted / "metrics.json").read_text())
     assert 0.0 <= metrics["test"]["accuracy"] <= 1.0
@@ -90,7 +83,9 @@ def test_test_from_checkpoint_reproduces_the_fit_report(fitted, tmp_path):
 
 
 def test_fit_resumes_from_last_checkpoint(fitted, tmp_path):
-    from_checkpoint("fit", fitted, tmp_path, "--trainer.max_epochs", "3")
+    from_checkpoint(
+        "fit", fitted, tmp_path, "--trainer.max_epochs", "3", "--report_after_fit", "false"
+    )
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     first = json.loads((fitted / "metrics.json").read_text())
     # Two epochs restored from the checkpoint, one more trained: the step count continues.
@@ -139,6 +134,7 @@ def test_whole_documents_without_truncation(tmp_path):
     run_cli(
         "fit", "--config", TINY, "--data.max_tokens", "null", "--data.eval_batch_size", "16",
         "--trainer.max_epochs", "1", "--trainer.default_root_dir", str(tmp_path),
+        "--report_after_fit", "false", "--trainer.callbacks", "[]",
     )  # fmt: skip
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["data"]["test_truncated"] == 0 and metrics["test"]["n_documents"] == 213
@@ -260,7 +256,10 @@ def test_console_script_help():
 
 
 def test_same_seed_same_result_on_cpu(fitted, tmp_path):
-    run_cli("fit", "--config", TINY, "--trainer.default_root_dir", str(tmp_path))
+    run_cli(
+        "fit", "--config", TINY, "--trainer.default_root_dir", str(tmp_path),
+        "--report_after_fit", "false",
+    )  # fmt: skip
     first = json.loads((fitted / "metrics.json").read_text())
     second = json.loads((tmp_path / "metrics.json").read_text())
     assert second["test"] == first["test"] and second["val"] == first["val"]

@@ -68,15 +68,17 @@ def test_logits_are_exact_sums_of_token_contributions():
     """The read-out is linear: logit_c = Σ_h Σ_t α_ht · w_cᵀ W_o[:, h] v_ht + bias_c."""
     model = DocumentClassifier(tiny_config()).eval()
     ids, mask = padded_batch([7, 4])
-    captured = {}
-    model.pool.register_forward_hook(lambda module, args, out: captured.update(states=args[0]))
     out = model(ids, mask)
     pool = model.pool
-    values = pool.value_proj(captured["states"]).view(2, ids.shape[1], 2, 8)  # (B, T, H, Dh)
+    # Written out independently of token_contributions, from the pool's own parameters.
+    values = pool.value_proj(out.token_states).view(2, ids.shape[1], 2, 8)  # (B, T, H, Dh)
     projection = model.head.weight @ pool.out_proj.weight  # (C, D)
     per_head_projection = projection.view(3, 2, 8)  # (C, H, Dh)
-    contributions = torch.einsum("bht,bthd,chd->btc", out.pool_weights, values, per_head_projection)
-    bias = model.head.weight @ pool.out_proj.bias + model.head.bias
+    expected = torch.einsum("bht,bthd,chd->btc", out.pool_weights, values, per_head_projection)
+    contributions = model.token_contributions(out.token_states, out.pool_weights)
+    assert_close(contributions, expected)
+    bias = model.contribution_bias()
+    assert_close(bias, model.head.weight @ pool.out_proj.bias + model.head.bias)
     assert_close(contributions.sum(1) + bias, out.logits, atol=1e-5, rtol=1e-5)
     assert torch.all(contributions[~mask] == 0)
 

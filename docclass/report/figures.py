@@ -1,9 +1,12 @@
-"""Matplotlib figures for a run: confusion matrix and training curves (PNG, no display)."""
+"""Matplotlib figures for runs and reports (PNG files or data URIs; never a display)."""
 
 from __future__ import annotations
 
+import base64
 import csv
+import io
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
@@ -13,7 +16,23 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def plot_confusion_matrix(matrix: np.ndarray, label_names: list[str], path: str | Path) -> None:
+def save_png(figure: plt.Figure, path: str | Path) -> None:
+    """Write ``figure`` as a PNG file and free it."""
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def png_data_uri(figure: plt.Figure) -> str:
+    """``figure`` as a ``data:image/png;base64,…`` URI, so a page needs no side files."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110)
+    plt.close(figure)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def confusion_matrix_figure(
+    matrix: np.ndarray, label_names: list[str], split: str = "test"
+) -> plt.Figure:
     """Counts with true labels down the rows and predictions across, each cell annotated."""
     size = max(4.0, 0.7 * len(label_names) + 2)
     figure, axes = plt.subplots(figsize=(size, size))
@@ -36,10 +55,9 @@ def plot_confusion_matrix(matrix: np.ndarray, label_names: list[str], path: str 
                 color="white" if value > threshold else "black",
             )
     accuracy = np.trace(matrix) / max(1, matrix.sum())
-    axes.set_title(f"test confusion matrix (accuracy {accuracy:.3f}, n={int(matrix.sum())})")
+    axes.set_title(f"{split} confusion matrix (accuracy {accuracy:.3f}, n={int(matrix.sum())})")
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    return figure
 
 
 def read_metric_log(path: str | Path) -> dict[str, list[tuple[float, float]]]:
@@ -54,7 +72,7 @@ def read_metric_log(path: str | Path) -> dict[str, list[tuple[float, float]]]:
     return dict(series)
 
 
-def plot_training_curves(metric_log: str | Path, path: str | Path) -> None:
+def training_curves_figure(metric_log: str | Path) -> plt.Figure:
     """Loss (train per step and per epoch, validation) and validation accuracy / macro-F1."""
     series = read_metric_log(metric_log)
     figure, (loss_axes, score_axes) = plt.subplots(1, 2, figsize=(11, 4))
@@ -65,14 +83,35 @@ def plot_training_curves(metric_log: str | Path, path: str | Path) -> None:
     loss_axes.set_xlabel("optimiser step")
     loss_axes.set_ylabel("cross-entropy")
     loss_axes.set_title("loss")
-    loss_axes.legend()
+    if loss_axes.get_legend_handles_labels()[0]:
+        loss_axes.legend()
     for key in ("val/acc", "val/f1"):
         if key in series:
             steps, values = zip(*series[key], strict=True)
             score_axes.plot(steps, values, "-o", label=key)
     score_axes.set_xlabel("optimiser step")
     score_axes.set_title("validation")
-    score_axes.legend()
+    if score_axes.get_legend_handles_labels()[0]:
+        score_axes.legend()
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    return figure
+
+
+def entropy_histogram_figure(normalised_entropy: dict[str, Sequence[float]]) -> plt.Figure:
+    """One histogram per pool head of its attention entropy over documents.
+
+    Entropies are divided by log2(words in the document): 0 = all weight on one word,
+    1 = spread evenly, so documents of different lengths share one axis.
+    """
+    names = list(normalised_entropy)
+    figure, axes_row = plt.subplots(
+        1, len(names), figsize=(2.6 * len(names) + 1, 2.8), sharey=True, squeeze=False
+    )
+    for axes, name in zip(axes_row[0], names, strict=True):
+        values = np.asarray(normalised_entropy[name], dtype=float)
+        axes.hist(values, bins=20, range=(0, 1), color="#d9822b")
+        axes.set_title(f"{name}\nmedian {np.median(values):.2f}" if values.size else name)
+        axes.set_xlabel("entropy / log2(words)")
+    axes_row[0][0].set_ylabel("documents")
+    figure.tight_layout()
+    return figure

@@ -1,0 +1,352 @@
+"""Standalone HTML reports from explanation records: ``index.html`` plus one page per document.
+
+Pages open from ``file://`` with nothing fetched: CSS and JavaScript are inline, figures are
+PNG data URIs, and a Content-Security-Policy forbids every network load. Every piece of
+document text goes through Jinja's autoescaping (attributes included) or, in scripts, through
+``textContent``; the per-document data travels as JSON inside a ``<script type=
+"application/json">`` block, where ``tojson`` escapes ``<``, ``>`` and ``&``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from docclass.explain import SIGNED_METHODS
+from docclass.report.figures import (
+    confusion_matrix_figure,
+    entropy_histogram_figure,
+    png_data_uri,
+    training_curves_figure,
+)
+from docclass.report.summaries import (
+    LOW_CONFIDENCE,
+    confusion,
+    document_order,
+    head_entropies,
+    pool_heads_of,
+    sentences,
+    top_words_by_class,
+)
+
+# Documents with more words than this get the minimap and the sentence view.
+LONG_DOCUMENT_WORDS = 150
+MINIMAP_BINS = 80
+TOP_SENTENCES = 8
+TOP_WORDS_MIN_DOCUMENTS = 3
+
+METHOD_HELP = {
+    "attention": "the global pool's weight on each word (mean over its heads unless one head is "
+    "chosen); sums to 1 over the words read.",
+    "contribution": "the word's exact share of the class logit: the read-out after the pool is "
+    "linear, so shares plus a constant bias give the logit. Red pushes towards the class, blue "
+    "away.",
+    "rollout": "attention rollout: the pool's weights carried back through every self-attention "
+    "block (½·attention + ½·identity per block), so words that fed the attended words share "
+    "their credit; sums to 1.",
+    "grad_input": "gradient × input: how much the class logit would change, to first order, "
+    "with each word's embedding; signed.",
+}
+METHOD_LABELS = {
+    "attention": "pool attention",
+    "contribution": "class contribution",
+    "rollout": "attention rollout",
+    "grad_input": "gradient × input",
+}
+
+
+def _environment() -> Environment:
+    return Environment(
+        loader=PackageLoader("docclass.report", "templates"),
+        autoescape=True,  # every template, whatever its name: no page may carry raw text
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def _docclass_version() -> str:
+    try:
+        return version("docclass")
+    except PackageNotFoundError:
+        return "(source tree)"
+
+
+def document_filename(position: int) -> str:
+    """A page name that depends only on the record's position (ids may be arbitrary text)."""
+    return f"doc-{position:05d}.html"
+
+
+def _confidence(record: dict) -> float | None:
+    predicted = record.get("predicted")
+    return record["probs"][predicted] if predicted is not None else None
+
+
+def _flags(record: dict) -> list[str]:
+    flags = []
+    confidence = _confidence(record)
+    if confidence is None:
+        flags.append("failed")
+    else:
+        if record.get("label") is not None and record["label"] != record["predicted"]:
+            flags.append("error")
+        if confidence < LOW_CONFIDENCE:
+            flags.append("uncertain")
+    if record.get("truncated"):
+        flags.append("truncated")
+    return flags
+
+
+def _method_options(record: dict, pool_heads: int) -> list[dict[str, str]]:
+    scores = record.get("scores", {})
+    options = [
+        {"key": key, "label": METHOD_LABELS[key]}
+        for key in ("attention", "contribution", "rollout", "grad_input")
+        if key in scores
+    ]
+    for name in record.get("contributions", {}):
+        options.append({"key": f"contribution:{name}", "label": f"contribution to {name}"})
+    return options
+
+
+def _bins(n_words: int) -> list[list[int]]:
+    size = max(1, math.ceil(n_words / MINIMAP_BINS))
+    return [[start, min(start + size, n_words)] for start in range(0, n_words, size)]
+
+
+def _pieces(record: dict, scores: Sequence[float] | None, signed: bool) -> list[dict[str, Any]]:
+    """The text cut into gaps and words, each word with its initial shade and tooltip."""
+    text, read = record["text"], record["words_read"]
+    top = max((abs(s) for s in (scores or [])[:read]), default=0.0)
+    order = sorted(range(read), key=lambda i: -scores[i]) if scores else []
+    rank = {word: position + 1 for position, word in enumerate(order)}
+    pieces: list[dict[str, Any]] = []
+    cursor = 0
+    for i, (start, end) in enumerate(record["spans"]):
+        if start > cursor:
+            pieces.append({"kind": "gap", "text": text[cursor:start]})
+        if i == read and record.get("truncated"):
+            pieces.append({"kind": "cut"})
+        piece: dict[str, Any] = {"kind": "word", "i": i, "text": text[start:end]}
+        if i >= read or not scores:
+            piece.update(unread=True, neg=False, s=0, title="not read: past the token limit")
+        else:
+            value = scores[i]
+            piece.update(
+                unread=False,
+                neg=signed and value < 0,
+                s=f"{abs(value) / top:.3f}" if top > 0 else "0",
+                title=f"pool attention {value:.4f} · rank {rank[i]} of {read}",
+            )
+        pieces.append(piece)
+        cursor = max(cursor, end)
+    if cursor < len(text):
+        pieces.append({"kind": "gap", "text": text[cursor:]})
+    return pieces
+
+
+def _document_page(
+    environment: Environment,
+    record: dict,
+    pool_heads: int,
+    index_href: str,
+    common: dict[str, Any],
+) -> str:
+    scores = dict(record.get("scores", {}))
+    for name, values in record.get("contributions", {}).items():
+        scores[f"contribution:{name}"] = values
+    # Four significant digits are what a tooltip shows; the JSONL keeps the full record.
+    scores = {name: [float(f"{v:.4g}") for v in values] for name, values in scores.items()}
+    long_view = record["words_read"] > LONG_DOCUMENT_WORDS or len(record["words"]) > (
+        LONG_DOCUMENT_WORDS
+    )
+    data: dict[str, Any] = {
+        "n_words": len(record["words"]),
+        "words_read": record["words_read"],
+        "scores": scores,
+        "signed": list(SIGNED_METHODS),
+        "help": METHOD_HELP,
+        "top_sentences": TOP_SENTENCES,
+        "bins": _bins(len(record["words"])) if long_view else [],
+        "sentences": [],
+    }
+    if long_view:
+        spans, text = record["spans"], record["text"]
+        for first, end in sentences(record):
+            sentence = text[spans[first][0] : spans[end - 1][1]]
+            data["sentences"].append([first, end, " ".join(sentence.split())[:300]])
+    if record.get("layer_maps"):
+        # Drawn by the page on <canvas>: a matplotlib figure per document, with a tick label per
+        # word, took about a second each, too slow for corpora of short texts.
+        data["layer_maps"] = record["layer_maps"]
+        data["map_words"] = record["words"][: record["words_read"]]
+    probs = sorted(record.get("probs", {}).items(), key=lambda item: -item[1])
+    return environment.get_template("document.html.j2").render(
+        record={**record, "error": record.get("error"), "tokens_read": _tokens_read(record)},
+        confidence=_confidence(record),
+        probs=probs,
+        methods=_method_options(record, pool_heads),
+        pool_heads=pool_heads,
+        long_view=long_view,
+        bin_words=data["bins"][0][1] if data["bins"] else 0,
+        pieces=_pieces(record, scores.get("attention"), signed=False),
+        initial_signed=False,
+        data=data,
+        index_href=index_href,
+        **common,
+    )
+
+
+def _tokens_read(record: dict) -> int:
+    return record.get("tokens_read", record.get("n_tokens", 0))
+
+
+def _run_metrics(run_dir: Path | None) -> dict[str, Any] | None:
+    path = run_dir / "metrics.json" if run_dir else None
+    if not path or not path.is_file():
+        return None
+    metrics = json.loads(path.read_text())
+    test, val = metrics.get("test") or {}, metrics.get("val") or {}
+
+    def fmt(value: Any, pattern: str = "{:.3f}") -> str:
+        return pattern.format(value) if isinstance(value, int | float) else "—"
+
+    return {
+        "source": path.name,
+        "test_accuracy": fmt(test.get("accuracy")),
+        "test_macro_f1": fmt(test.get("macro_f1")),
+        "val_accuracy": fmt(val.get("acc")),
+        "train_time": fmt(metrics.get("train_time_s"), "{:.0f} s"),
+        "epochs": metrics.get("epochs_trained", "—"),
+    }
+
+
+def _metric_log(run_dir: Path | None) -> Path | None:
+    if not run_dir:
+        return None
+    logs = sorted(
+        (run_dir / "logs").glob("version_*/metrics.csv"),
+        key=lambda p: int(p.parent.name.split("_")[-1]),
+    )
+    return logs[-1] if logs else None
+
+
+def _summary(records: Sequence[dict], label_names: list[str]) -> dict[str, Any]:
+    matrix = confusion(records, label_names)
+    summary: dict[str, Any] = {
+        "documents": len(records),
+        "accuracy": None,
+        "macro_f1": None,
+        "errors": 0,
+        "uncertain": sum("uncertain" in _flags(r) for r in records),
+        "truncated": sum(bool(r.get("truncated")) for r in records),
+        "failed": sum(r.get("predicted") is None for r in records),
+    }
+    if matrix is not None:
+        correct = matrix.trace()
+        summary["accuracy"] = correct / matrix.sum()
+        summary["errors"] = int(matrix.sum() - correct)
+        f1s = []
+        for c in range(len(label_names)):
+            precision_base, recall_base = matrix[:, c].sum(), matrix[c].sum()
+            if precision_base + recall_base:
+                f1s.append(2 * matrix[c, c] / (precision_base + recall_base))
+        summary["macro_f1"] = sum(f1s) / len(f1s) if f1s else 0.0
+    return summary
+
+
+def write_report(
+    records: Sequence[dict],
+    out_dir: str | Path,
+    label_names: list[str],
+    title: str = "docclass report",
+    subtitle: str = "",
+    run_dir: str | Path | None = None,
+    documents_dir: str = "docs",
+) -> Path:
+    """Write ``index.html`` and ``<documents_dir>/doc-NNNNN.html`` for every record.
+
+    Args:
+        records: explanation records (:func:`docclass.explain.explain_documents`).
+        out_dir: folder to write into (created).
+        label_names: the model's classes, in its order.
+        title: the index page's heading.
+        subtitle: one line under it (what data, which checkpoint).
+        run_dir: the training run's folder; its ``metrics.json`` and CSV log, when present,
+            add the run's figures and training curves.
+        documents_dir: sub-folder for the per-document pages.
+
+    Returns:
+        The path of ``index.html``.
+    """
+    out_dir = Path(out_dir)
+    (out_dir / documents_dir).mkdir(parents=True, exist_ok=True)
+    run_dir = Path(run_dir) if run_dir else None
+    environment = _environment()
+    common = {
+        "version": _docclass_version(),
+        "written": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+    }
+    pool_heads = pool_heads_of(records)
+    for position, record in enumerate(records):
+        page = _document_page(environment, record, pool_heads, "../index.html", common)
+        (out_dir / documents_dir / document_filename(position)).write_text(page, encoding="utf-8")
+
+    figures: dict[str, str] = {}
+    matrix = confusion(records, label_names)
+    if matrix is not None:
+        figures["confusion"] = png_data_uri(confusion_matrix_figure(matrix, label_names, "report"))
+    metric_log = _metric_log(run_dir)
+    if metric_log is not None:
+        figures["curves"] = png_data_uri(training_curves_figure(metric_log))
+    entropies = head_entropies(records, pool_heads)
+    if any(entropies.values()):
+        figures["entropy"] = png_data_uri(entropy_histogram_figure(entropies))
+
+    rows = []
+    for position in document_order(records):
+        record = records[position]
+        confidence = _confidence(record)
+        rows.append(
+            {
+                "id": record["id"],
+                "href": f"{documents_dir}/{document_filename(position)}",
+                "label": record.get("label"),
+                "predicted": record.get("predicted"),
+                "confidence": f"{confidence:.3f}" if confidence is not None else "—",
+                "words": len(record["words"]),
+                "flags": _flags(record),
+                "error": record.get("error", ""),
+                "search": " ".join(
+                    str(part).lower()
+                    for part in (record["id"], record.get("label"), record.get("predicted"))
+                    if part is not None
+                ),
+            }
+        )
+    index = environment.get_template("index.html.j2").render(
+        title=title,
+        subtitle=subtitle,
+        summary=_summary(records, label_names),
+        low_confidence=LOW_CONFIDENCE,
+        run_metrics=_run_metrics(run_dir),
+        figures=figures,
+        method_help=[
+            {"name": METHOD_LABELS[key], "text": text} for key, text in METHOD_HELP.items()
+        ],
+        top_words=top_words_by_class(records, min_documents=TOP_WORDS_MIN_DOCUMENTS),
+        min_documents=TOP_WORDS_MIN_DOCUMENTS,
+        label_names=label_names,
+        rows=rows,
+        **common,
+    )
+    index_path = out_dir / "index.html"
+    index_path.write_text(index, encoding="utf-8")
+    return index_path

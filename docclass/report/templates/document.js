@@ -1,0 +1,162 @@
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("doc-data").textContent);
+  var methodSelect = document.getElementById("method");
+  if (!methodSelect) { return; }
+  var headSelect = document.getElementById("head");
+  var text = document.getElementById("text");
+  var help = document.getElementById("method-help");
+  var words = [];
+  for (var i = 0; i < data.n_words; i += 1) { words.push(document.getElementById("w" + i)); }
+
+  function currentKey() {
+    var key = methodSelect.value;
+    if (key === "attention" && headSelect.value !== "mean") { key = "attention_head" + headSelect.value; }
+    return key;
+  }
+  function format(value) {
+    return Math.abs(value) >= 0.001 || value === 0 ? value.toFixed(4) : value.toExponential(2);
+  }
+  function ranks(scores, read) {
+    var order = [];
+    for (var i = 0; i < read; i += 1) { order.push(i); }
+    order.sort(function (a, b) { return scores[b] - scores[a]; });
+    var rank = new Array(read);
+    order.forEach(function (word, position) { rank[word] = position + 1; });
+    return rank;
+  }
+
+  function paintMinimap(scores) {
+    var map = document.getElementById("minimap");
+    if (!map) { return; }
+    var bins = data.bins, mass = [], top = 0;
+    bins.forEach(function (range) {
+      var total = 0;
+      for (var i = range[0]; i < Math.min(range[1], data.words_read); i += 1) { total += Math.abs(scores[i]); }
+      mass.push(total); top = Math.max(top, total);
+    });
+    map.textContent = "";
+    bins.forEach(function (range, b) {
+      var cell = document.createElement("div");
+      cell.style.setProperty("--o", top > 0 ? (mass[b] / top).toFixed(3) : "0");
+      cell.title = "words " + (range[0] + 1) + "–" + range[1] + ": " + format(mass[b]);
+      if (range[0] < data.words_read && range[1] > data.words_read) { cell.classList.add("cutbin"); }
+      if (range[0] >= data.words_read) { cell.title += " (not read)"; }
+      cell.addEventListener("click", function () { jumpTo(range[0]); });
+      map.appendChild(cell);
+    });
+  }
+
+  function paintSentences(scores, signed) {
+    var list = document.getElementById("sentences");
+    if (!list) { return; }
+    var sums = data.sentences.map(function (sentence, s) {
+      var total = 0;
+      for (var i = sentence[0]; i < Math.min(sentence[1], data.words_read); i += 1) { total += scores[i]; }
+      return { index: s, total: total };
+    });
+    sums.sort(function (a, b) { return signed ? Math.abs(b.total) - Math.abs(a.total) : b.total - a.total; });
+    list.textContent = "";
+    sums.slice(0, data.top_sentences).forEach(function (entry) {
+      var sentence = data.sentences[entry.index];
+      var item = document.createElement("li");
+      var score = document.createElement("span");
+      score.className = "score";
+      score.textContent = format(entry.total);
+      item.appendChild(score);
+      item.appendChild(document.createTextNode(sentence[2]));
+      item.addEventListener("click", function () { jumpTo(sentence[0]); });
+      list.appendChild(item);
+    });
+  }
+
+  function jumpTo(index) {
+    var word = words[Math.min(index, words.length - 1)];
+    if (!word) { return; }
+    word.scrollIntoView({ block: "center" });
+    word.classList.add("flash");
+    setTimeout(function () { word.classList.remove("flash"); }, 1500);
+  }
+
+  function paint() {
+    var key = currentKey();
+    var scores = data.scores[key];
+    var signed = data.signed.indexOf(methodSelect.value.split(":")[0]) >= 0;
+    var read = data.words_read, top = 0;
+    for (var i = 0; i < read; i += 1) { top = Math.max(top, Math.abs(scores[i])); }
+    var rank = ranks(scores, read);
+    var label = methodSelect.options[methodSelect.selectedIndex].text;
+    if (key.indexOf("attention_head") === 0) { label = "pool attention, head " + headSelect.value; }
+    text.classList.toggle("signed", signed);
+    words.forEach(function (word, i) {
+      if (i >= read) { return; }
+      var value = scores[i];
+      word.style.setProperty("--s", top > 0 ? (Math.abs(value) / top).toFixed(3) : "0");
+      word.classList.toggle("neg", signed && value < 0);
+      word.title = label + " " + format(value) + " · rank " + rank[i] + " of " + read;
+    });
+    headSelect.disabled = methodSelect.value !== "attention";
+    document.getElementById("legend-plain").hidden = signed;
+    document.getElementById("legend-signed").hidden = !signed;
+    help.textContent = data.help[methodSelect.value.split(":")[0]] || "";
+    paintMinimap(scores);
+    paintSentences(scores, signed);
+  }
+
+  function drawLayerMaps() {
+    var holder = document.getElementById("layer-maps");
+    if (!holder || !data.layer_maps) { return; }
+    var labels = data.map_words, n = labels.length;
+    var cell = Math.max(6, Math.min(16, Math.floor(420 / n))), margin = 90;
+    var readout = document.getElementById("map-readout");
+    data.layer_maps.forEach(function (heads, layer) {
+      heads.forEach(function (matrix, head) {
+        var figure = document.createElement("figure");
+        var caption = document.createElement("figcaption");
+        caption.textContent = "block " + layer + " · head " + head;
+        var canvas = document.createElement("canvas");
+        canvas.width = margin + n * cell; canvas.height = margin + n * cell;
+        var context = canvas.getContext("2d");
+        var top = 0;
+        matrix.forEach(function (row) { row.forEach(function (v) { top = Math.max(top, v); }); });
+        matrix.forEach(function (row, i) {
+          row.forEach(function (v, j) {
+            context.fillStyle = "rgba(217, 120, 30, " + (top > 0 ? v / top : 0).toFixed(3) + ")";
+            context.fillRect(margin + j * cell, margin + i * cell, cell, cell);
+          });
+        });
+        // Word labels are drawn as canvas text, never parsed as HTML.
+        context.fillStyle = "#1d2329";
+        context.font = Math.min(11, cell) + "px system-ui, sans-serif";
+        context.textAlign = "right"; context.textBaseline = "middle";
+        labels.forEach(function (word, i) {
+          var label = word.length > 14 ? word.slice(0, 13) + "…" : word;
+          context.fillText(label, margin - 3, margin + (i + 0.5) * cell);
+          context.save();
+          context.translate(margin + (i + 0.5) * cell, margin - 3);
+          context.rotate(-Math.PI / 2);
+          context.textAlign = "left";
+          context.fillText(label, 0, 0);
+          context.restore();
+        });
+        canvas.addEventListener("mousemove", function (event) {
+          var box = canvas.getBoundingClientRect();
+          var j = Math.floor((event.clientX - box.left - margin) / cell);
+          var i = Math.floor((event.clientY - box.top - margin) / cell);
+          if (i >= 0 && j >= 0 && i < n && j < n) {
+            readout.textContent = "block " + layer + " · head " + head + ": “" + labels[i] +
+              "” → “" + labels[j] + "” " + format(matrix[i][j]);
+          }
+        });
+        figure.appendChild(caption);
+        figure.appendChild(canvas);
+        holder.appendChild(figure);
+      });
+    });
+  }
+
+  methodSelect.addEventListener("change", paint);
+  headSelect.addEventListener("change", paint);
+  paint();
+  drawLayerMaps();
+})();
