@@ -8,7 +8,11 @@ STAMP := $(VENV)/.installed
 WHEELS := $(wildcard /opt/wheels)
 PIP_FLAGS := $(if $(WHEELS),--find-links $(WHEELS),)
 
-.PHONY: demo test test-full lint format seeds clean
+# The report's browser test drives Debian's Chromium; `make test` installs it when missing.
+CHROMIUM := $(shell command -v chromium 2>/dev/null)
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+.PHONY: demo test test-full lint format seeds report-speed browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,11 +23,18 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)  ## train on the embedded BBC corpus, test, write reports/bbc/
 	$(BIN)/docclass fit --config configs/bbc.yaml
 
-test: $(STAMP)  ## the fast suite (CI)
-	$(BIN)/python -m pytest -m "not slow"
+browser:  ## headless Chromium for the report's browser test (Debian package)
+ifeq ($(CHROMIUM),)
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium > /dev/null
+endif
 
-test-full: $(STAMP)  ## every test, slow ones included
-	$(BIN)/python -m pytest
+# DOCCLASS_REQUIRE_BROWSER: here a missing browser fails the browser test instead of skipping it.
+test: $(STAMP) browser  ## the fast suite (CI)
+	DOCCLASS_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -m "not slow"
+
+test-full: $(STAMP) browser  ## every test, slow ones included
+	DOCCLASS_REQUIRE_BROWSER=1 $(BIN)/python -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check docclass tests scripts
@@ -36,6 +47,10 @@ format: $(STAMP)
 seeds: $(STAMP)  ## the default config over three seeds: the spread the README quotes
 	$(BIN)/python scripts/seeds.py configs/bbc.yaml --seeds 0 1 2 --out reports/seeds/bbc \
 		--summary reports/bbc-seeds.json
+
+report-speed: $(STAMP)  ## time the HTML report of the BBC test split (needs `make demo` first)
+	$(BIN)/python scripts/report_speed.py --ckpt reports/bbc/checkpoints/last.ckpt \
+		--data configs/bbc.yaml --out reports/report-speed.json
 
 clean:
 	rm -rf $(VENV) reports/tiny reports/bbc

@@ -199,3 +199,45 @@ def report_command(
         all_classes=all_classes,
         device=device,
     )
+
+
+def time_report(
+    ckpt: str, data: str, split: str = "test", repeats: int = 3, device: str = "cpu"
+) -> dict[str, Any]:
+    """Median seconds to explain ``data`` and write its report, over ``repeats`` runs.
+
+    Loading the checkpoint and the documents is timed once, apart: it is the same for any
+    report and does not grow with the number of methods.
+    """
+    import statistics
+    import tempfile
+
+    import torch
+
+    from docclass.callbacks import machine_summary
+
+    started = time.perf_counter()
+    classifier = load_classifier(ckpt)
+    documents = load_documents(data, ckpt, split)
+    load_s = time.perf_counter() - started
+    runs = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as out:
+            runs.append(make_report(classifier, documents, out, device=device))
+    words = sum(len(text.split()) for text in documents.texts)
+    return {
+        "checkpoint": str(ckpt),
+        "data": documents.description,
+        "documents": len(documents.texts),
+        "whitespace_words": words,
+        "methods": "attention (mean + every head), contribution, rollout, gradient x input",
+        "repeats": repeats,
+        "load_s": round(load_s, 2),
+        **{
+            f"median_{key}": round(statistics.median(run[key] for run in runs), 2)
+            for key in ("explain_s", "pages_s", "total_s")
+        },
+        "all_total_s": [run["total_s"] for run in runs],
+        "torch_threads": torch.get_num_threads(),
+        "machine": machine_summary(),
+    }

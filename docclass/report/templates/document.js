@@ -40,7 +40,10 @@
       var cell = document.createElement("div");
       cell.style.setProperty("--o", top > 0 ? (mass[b] / top).toFixed(3) : "0");
       cell.title = "words " + (range[0] + 1) + "–" + range[1] + ": " + format(mass[b]);
-      if (range[0] < data.words_read && range[1] > data.words_read) { cell.classList.add("cutbin"); }
+      // The bin holding the first unread word shows where the model stopped reading.
+      if (data.words_read < data.n_words && range[0] <= data.words_read && data.words_read < range[1]) {
+        cell.classList.add("cutbin");
+      }
       if (range[0] >= data.words_read) { cell.title += " (not read)"; }
       cell.addEventListener("click", function () { jumpTo(range[0]); });
       map.appendChild(cell);
