@@ -209,6 +209,9 @@ def main(args: list[str] | None = None) -> None:
         if argv[:1] == ["report"]:
             _report_main(argv[1:])
             return
+        if argv[:1] in (["-h"], ["--help"]):
+            # LightningCLI lists only its own subcommands; name ours before its help exits.
+            print("docclass report: explain documents and write the HTML report (see --help)\n")
         DocClassCLI(
             DocClassifierModule,
             DocDataModule,

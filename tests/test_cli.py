@@ -251,8 +251,18 @@ def test_console_script_help():
     result = subprocess.run(
         [sys.executable, "-m", "docclass.cli", "--help"], capture_output=True, text=True, check=True
     )
-    for subcommand in ("fit", "validate", "test", "predict"):
+    for subcommand in ("fit", "validate", "test", "predict", "report"):
         assert subcommand in result.stdout
+
+
+def test_report_help_and_its_one_line_errors(capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli("report", "--help")
+    assert exit_info.value.code == 0 and "--all-classes" in capsys.readouterr().out
+    line = one_line_failure(
+        capsys, "report", "--ckpt", str(tmp_path / "none.ckpt"), "--data", TINY, "--out", "x"
+    )
+    assert line.startswith("docclass: error:") and "none.ckpt: checkpoint not found" in line
 
 
 def test_same_seed_same_result_on_cpu(fitted, tmp_path):
