@@ -178,6 +178,65 @@ def report_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def classify_parser() -> argparse.ArgumentParser:
+    """Arguments of ``docclass classify``."""
+    parser = argparse.ArgumentParser(
+        prog="docclass classify",
+        description="Classify documents in bulk: one output row per input document, in order.",
+    )
+    parser.add_argument("--ckpt", required=True, help="checkpoint written by 'docclass fit'")
+    parser.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help="files, folders (recursive), globs, '-' (stdin, one document per line), or "
+        "CSV / JSONL / Parquet tables (one document per row)",
+    )
+    parser.add_argument("--out", help="output file: .csv for CSV, else JSON Lines (default stdout)")
+    parser.add_argument("--text-column", default="text", help="text column of table inputs")
+    parser.add_argument(
+        "--top-words", type=int, default=0, metavar="K", help="add the K most attended words"
+    )
+    parser.add_argument("--batch-size", type=int, default=64, help="documents per forward pass")
+    parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda")
+    parser.add_argument(
+        "--strict", action="store_true", help="exit with status 1 if any document got an error"
+    )
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar on stderr (default: when stderr is a terminal)",
+    )
+    return parser
+
+
+def _classify_main(args: list[str]) -> None:
+    from docclass.classify import run_classify
+
+    options = classify_parser().parse_args(args)
+    if options.batch_size < 1 or options.top_words < 0:
+        raise ConfigError("--batch-size must be positive and --top-words non-negative")
+    counts = run_classify(
+        ckpt=options.ckpt,
+        inputs=options.inputs,
+        out=options.out,
+        text_column=options.text_column,
+        top_words=options.top_words,
+        batch_size=options.batch_size,
+        device=options.device,
+        progress=options.progress,
+    )
+    print(
+        f"classified {counts['documents'] - counts['errors']} of {counts['documents']} documents"
+        f" ({counts['errors']} errors, {counts['warnings']} warnings, "
+        f"{counts['truncated']} truncated)",
+        file=sys.stderr,
+    )
+    if options.strict and counts["errors"]:
+        sys.exit(1)
+
+
 def _report_main(args: list[str]) -> None:
     options = report_parser().parse_args(args)
     summary = report_command(
@@ -209,9 +268,13 @@ def main(args: list[str] | None = None) -> None:
         if argv[:1] == ["report"]:
             _report_main(argv[1:])
             return
+        if argv[:1] == ["classify"]:
+            _classify_main(argv[1:])
+            return
         if argv[:1] in (["-h"], ["--help"]):
             # LightningCLI lists only its own subcommands; name ours before its help exits.
-            print("docclass report: explain documents and write the HTML report (see --help)\n")
+            print("docclass report: explain documents and write the HTML report (see --help)")
+            print("docclass classify: classify documents in bulk (see --help)\n")
         DocClassCLI(
             DocClassifierModule,
             DocDataModule,
