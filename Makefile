@@ -12,7 +12,7 @@ PIP_FLAGS := $(if $(WHEELS),--find-links $(WHEELS),)
 CHROMIUM := $(shell command -v chromium 2>/dev/null)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: demo test test-full lint format seeds report-speed browser clean
+.PHONY: demo test test-full lint format seeds report-speed classify-memory browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,10 @@ seeds: $(STAMP)  ## the default config over three seeds: the spread the README q
 report-speed: $(STAMP)  ## time the HTML report of the BBC test split (needs `make demo` first)
 	$(BIN)/python scripts/report_speed.py --ckpt reports/bbc/checkpoints/last.ckpt \
 		--data configs/bbc.yaml --out reports/report-speed.json
+
+classify-memory: $(STAMP)  ## peak memory of `docclass classify` as the corpus grows (after `make demo`)
+	$(BIN)/python scripts/classify_memory.py --ckpt reports/bbc/checkpoints/last.ckpt \
+		--sizes 2000 20000 200000 --out reports/classify-memory.json
 
 clean:
 	rm -rf $(VENV) reports/tiny reports/bbc
