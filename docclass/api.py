@@ -22,6 +22,7 @@ import torch
 
 from docclass.checkpoint import TrainedClassifier, load_classifier
 from docclass.explain import explain_documents
+from docclass.model import pad_token_ids
 from docclass.tokenizer import align_words, encode_batch
 
 EMPTY_DOCUMENT = "empty document: no text to classify"
@@ -87,11 +88,7 @@ def classify_texts(
     for start in range(0, len(readable), batch_size):
         batch = readable[start : start + batch_size]
         ids = [encodings[i].ids[:limit] if limit else encodings[i].ids for i in batch]
-        width = max(len(row) for row in ids)
-        input_ids = torch.zeros(len(batch), width, dtype=torch.long)
-        for row, row_ids in enumerate(ids):
-            input_ids[row, : len(row_ids)] = torch.tensor(row_ids)
-        mask = input_ids != classifier.model.config.pad_id
+        input_ids, mask = pad_token_ids(ids, classifier.model.config.pad_id)
         out = model(input_ids.to(device), mask.to(device))
         probs = torch.softmax(out.logits.float(), dim=-1).cpu().numpy()
         attention = out.pool_weights.float().mean(dim=1).cpu().numpy() if top_words else None

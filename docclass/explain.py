@@ -39,7 +39,7 @@ import torch
 from tokenizers import Tokenizer
 
 from docclass.checkpoint import TrainedClassifier
-from docclass.model import DocumentClassifier
+from docclass.model import DocumentClassifier, pad_token_ids
 from docclass.tokenizer import WordAlignment, align_words, encode_batch
 
 SIGNED_METHODS = ("contribution", "grad_input")
@@ -118,12 +118,7 @@ def _score_batch(
     model: DocumentClassifier, batch: list[_Document], device: torch.device
 ) -> dict[str, torch.Tensor]:
     """Run one padded batch once, with gradients on the embeddings, and collect token scores."""
-    length = max(len(document.token_ids) for document in batch)
-    input_ids = torch.zeros(len(batch), length, dtype=torch.long)
-    mask = torch.zeros(len(batch), length, dtype=torch.bool)
-    for row, document in enumerate(batch):
-        input_ids[row, : len(document.token_ids)] = torch.tensor(document.token_ids)
-        mask[row, : len(document.token_ids)] = True
+    input_ids, mask = pad_token_ids([d.token_ids for d in batch], model.config.pad_id)
     input_ids, mask = input_ids.to(device), mask.to(device)
 
     with torch.enable_grad():

@@ -249,3 +249,14 @@ def drop_words(mask: torch.Tensor, rate: float) -> torch.Tensor:
     # A document that lost every token keeps its original mask rather than becoming empty.
     emptied = ~kept.any(dim=-1, keepdim=True)
     return torch.where(emptied, mask, kept)
+
+
+def pad_token_ids(rows: list[list[int]], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token id lists → ``(input_ids [B,T] long, attention_mask [B,T] bool)``, T the longest."""
+    width = max((len(row) for row in rows), default=0)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.bool)
+    for i, row in enumerate(rows):
+        input_ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[i, : len(row)] = True
+    return input_ids, mask
