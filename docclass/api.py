@@ -21,11 +21,9 @@ import numpy as np
 import torch
 
 from docclass.checkpoint import TrainedClassifier, load_classifier
-from docclass.explain import explain_documents
+from docclass.explain import EMPTY_DOCUMENT, explain_documents
 from docclass.model import pad_token_ids
 from docclass.tokenizer import align_words, encode_batch
-
-EMPTY_DOCUMENT = "empty document: no text to classify"
 
 
 def resolve_device(device: str) -> torch.device:

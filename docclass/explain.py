@@ -43,6 +43,7 @@ from docclass.model import DocumentClassifier, pad_token_ids
 from docclass.tokenizer import WordAlignment, align_words, encode_batch
 
 SIGNED_METHODS = ("contribution", "grad_input")
+EMPTY_DOCUMENT = "empty document: no text to classify"
 # Per-layer, per-head word-by-word maps are drawn only for documents this short: beyond it the
 # map is unreadable, and skipping it keeps whole-corpus reports fast.
 LAYER_MAP_MAX_WORDS = 60
@@ -236,7 +237,7 @@ def _empty_record(document: _Document) -> dict[str, Any]:
         "truncated": False,
         "label": document.label,
         "predicted": None,
-        "error": "the document has no tokens (it is empty or whitespace only)",
+        "error": EMPTY_DOCUMENT,
         "scores": {},
     }
 

@@ -17,6 +17,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from docclass.explain import SIGNED_METHODS
@@ -28,6 +29,7 @@ from docclass.report.figures import (
 )
 from docclass.report.summaries import (
     LOW_CONFIDENCE,
+    classification_scores,
     confusion,
     document_order,
     head_entropies,
@@ -250,15 +252,10 @@ def _summary(records: Sequence[dict], label_names: list[str]) -> dict[str, Any]:
         "failed": sum(r.get("predicted") is None for r in records),
     }
     if matrix is not None:
-        correct = matrix.trace()
-        summary["accuracy"] = correct / matrix.sum()
-        summary["errors"] = int(matrix.sum() - correct)
-        f1s = []
-        for c in range(len(label_names)):
-            precision_base, recall_base = matrix[:, c].sum(), matrix[c].sum()
-            if precision_base + recall_base:
-                f1s.append(2 * matrix[c, c] / (precision_base + recall_base))
-        summary["macro_f1"] = sum(f1s) / len(f1s) if f1s else 0.0
+        # The same definition as the run's metrics.json, so the two pages agree.
+        scores = classification_scores(matrix)
+        summary["accuracy"], summary["macro_f1"] = scores["accuracy"], scores["macro_f1"]
+        summary["errors"] = int(matrix.sum() - np.trace(matrix))
     return summary
 
 

@@ -33,6 +33,26 @@ def confusion(records: Sequence[dict], label_names: list[str]) -> np.ndarray | N
     return matrix if labelled else None
 
 
+def classification_scores(matrix: np.ndarray) -> dict[str, Any]:
+    """Accuracy, macro-F1 and per-class F1 from a confusion matrix.
+
+    Rows are true labels, columns predictions.
+    """
+    true_positive = np.diag(matrix).astype(float)
+    predicted = matrix.sum(axis=0)
+    actual = matrix.sum(axis=1)
+    denominator = predicted + actual
+    f1 = np.divide(
+        2 * true_positive, denominator, out=np.zeros_like(true_positive), where=denominator > 0
+    )
+    return {
+        "accuracy": float(true_positive.sum() / max(1, matrix.sum())),
+        "macro_f1": float(f1.mean()),
+        "per_class_f1": [float(v) for v in f1],
+        "n_documents": int(matrix.sum()),
+    }
+
+
 def document_order(records: Sequence[dict]) -> list[int]:
     """Record indices for the index table: failures, then errors (most confident first), then
     the rest from least to most confident, so what needs a look comes first."""
