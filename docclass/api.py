@@ -22,7 +22,7 @@ import torch
 
 from docclass.checkpoint import TrainedClassifier, load_classifier
 from docclass.explain import EMPTY_DOCUMENT, explain_documents
-from docclass.model import pad_token_ids
+from docclass.model import length_batches, pad_token_ids
 from docclass.tokenizer import align_words, encode_batch
 
 
@@ -33,16 +33,21 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def _top_words(text: str, encoding, n_read: int, weights: np.ndarray, k: int) -> list[dict]:
+def _attention_per_word(encoding, n_read: int, weights: np.ndarray):
+    """Spans of the words the model read and the pool attention summed over each word's pieces."""
     alignment = align_words(encoding)
     token_words = np.asarray(alignment.token_words[:n_read], dtype=np.int64)
     per_word = np.bincount(token_words, weights=weights[:n_read])
+    return alignment.word_spans[: len(per_word)], per_word
+
+
+def _top_words(text: str, spans, per_word: np.ndarray, k: int) -> list[dict]:
     best = np.argsort(-per_word, kind="stable")[:k]
     return [
         {
-            "word": text[alignment.word_spans[w][0] : alignment.word_spans[w][1]],
-            "start": alignment.word_spans[w][0],
-            "end": alignment.word_spans[w][1],
+            "word": text[spans[w][0] : spans[w][1]],
+            "start": spans[w][0],
+            "end": spans[w][1],
             "attention": round(float(per_word[w]), 6),
         }
         for w in best
@@ -56,19 +61,23 @@ def classify_texts(
     batch_size: int = 64,
     top_words: int = 0,
     device: torch.device | str = "cpu",
+    word_attention: bool = False,
 ) -> list[dict[str, Any]]:
     """Classify ``texts``; one result per text, in order.
 
     Args:
         classifier: network, tokenizer, labels, token limit.
         texts: the documents.
-        batch_size: documents per forward pass; batches are formed from texts of similar length.
+        batch_size: most documents per forward pass; batches hold texts of similar length
+            (``length_batches``), so a batch can be smaller.
         top_words: also return this many words with the highest mean pool attention.
         device: where the model runs (it is moved there).
+        word_attention: also return every word the model read (``words``, character ``spans``)
+            with its pool attention (``attention``, heads averaged, summed over the word's pieces).
 
     Returns:
-        ``{label, score, probs, truncated[, top_words]}`` per text, or ``{label: None,
-        score: None, error}`` for a text with nothing to classify.
+        ``{label, score, probs, truncated[, top_words][, words, spans, attention]}`` per text,
+        or ``{label: None, score: None, error}`` for a text with nothing to classify.
     """
     model = classifier.model.to(device).eval()
     encodings = encode_batch(classifier.tokenizer, texts)
@@ -80,16 +89,16 @@ def classify_texts(
             readable.append(i)
         else:
             results[i] = {"label": None, "score": None, "error": EMPTY_DOCUMENT}
-    # Similar lengths together: padding would otherwise cost most of the compute.
-    readable.sort(key=lambda i: len(encodings[i].ids))
+    read = [min(len(encodings[i].ids), limit) if limit else len(encodings[i].ids) for i in readable]
     names = classifier.label_names
-    for start in range(0, len(readable), batch_size):
-        batch = readable[start : start + batch_size]
+    for group in length_batches(read, batch_size):
+        batch = [readable[g] for g in group]
         ids = [encodings[i].ids[:limit] if limit else encodings[i].ids for i in batch]
         input_ids, mask = pad_token_ids(ids, classifier.model.config.pad_id)
         out = model(input_ids.to(device), mask.to(device))
         probs = torch.softmax(out.logits.float(), dim=-1).cpu().numpy()
-        attention = out.pool_weights.float().mean(dim=1).cpu().numpy() if top_words else None
+        wants_attention = top_words or word_attention
+        attention = out.pool_weights.float().mean(dim=1).cpu().numpy() if wants_attention else None
         for row, i in enumerate(batch):
             best = int(probs[row].argmax())
             result: dict[str, Any] = {
@@ -101,9 +110,13 @@ def classify_texts(
                 "truncated": len(ids[row]) < len(encodings[i].ids),
             }
             if attention is not None:
-                result["top_words"] = _top_words(
-                    texts[i], encodings[i], len(ids[row]), attention[row], top_words
-                )
+                spans, per_word = _attention_per_word(encodings[i], len(ids[row]), attention[row])
+                if top_words:
+                    result["top_words"] = _top_words(texts[i], spans, per_word, top_words)
+                if word_attention:
+                    result["words"] = [texts[i][start:end] for start, end in spans]
+                    result["spans"] = [list(span) for span in spans]
+                    result["attention"] = [round(float(a), 6) for a in per_word]
             results[i] = result
     return results  # type: ignore[return-value]
 
@@ -137,15 +150,23 @@ class DocClassifier:
         return self.trained.max_tokens
 
     def predict(
-        self, texts: str | Sequence[str], batch_size: int = 64, top_words: int = 0
+        self,
+        texts: str | Sequence[str],
+        batch_size: int = 64,
+        top_words: int = 0,
+        word_attention: bool = False,
     ) -> list[dict[str, Any]]:
-        """``[{label, score, probs, truncated[, top_words]}]``, one per text, in order.
+        """``[{label, score, probs, truncated[, top_words][, words, spans, attention]}]``.
 
-        A single string is treated as one document (a one-element list comes back).
+        One result per text, in order; a single string is treated as one document (a
+        one-element list comes back). ``word_attention`` adds every word read with its pool
+        attention.
         """
         if isinstance(texts, str):
             texts = [texts]
-        return classify_texts(self.trained, list(texts), batch_size, top_words, self.device)
+        return classify_texts(
+            self.trained, list(texts), batch_size, top_words, self.device, word_attention
+        )
 
     def explain(self, text: str, all_classes: bool = False) -> dict[str, Any]:
         """The word-score record of the HTML report for one document (every method)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -64,3 +65,62 @@ def classify_memory(
             )
             corpus.unlink()
     return {"checkpoint": ckpt, "words_per_document": words_per_document, "runs": runs}
+
+
+def batching_speed(ckpt: str, texts: list[str], group: int = 8, repeats: int = 3) -> dict[str, Any]:
+    """Forward passes per second for groups of ``group`` documents, three ways, interleaved.
+
+    ``one at a time``: a forward pass per document; ``one padded batch``: the group padded to
+    its longest; ``length_batches``: the group split into batches of similar length. The
+    groups are what a server sees: consecutive documents of mixed length.
+    """
+    import torch
+
+    from docclass.checkpoint import load_classifier
+    from docclass.model import length_batches, pad_token_ids
+    from docclass.tokenizer import encode_batch
+
+    classifier = load_classifier(ckpt)
+    model = classifier.model.eval()
+    limit = classifier.max_tokens
+    ids = [e.ids[:limit] if limit else e.ids for e in encode_batch(classifier.tokenizer, texts)]
+    ids = [row for row in ids if row]
+    groups = [ids[i : i + group] for i in range(0, len(ids) - group + 1, group)]
+    pad_id = model.config.pad_id
+
+    def run(batches_of: Any) -> None:
+        for rows in groups:
+            for batch in batches_of(rows):
+                model(*pad_token_ids(batch, pad_id))
+
+    ways = {
+        "one at a time": lambda rows: [[row] for row in rows],
+        "one padded batch": lambda rows: [rows],
+        "length_batches": lambda rows: [
+            [rows[i] for i in g] for g in length_batches([len(r) for r in rows], len(rows))
+        ],
+    }
+    seconds: dict[str, list[float]] = {name: [] for name in ways}
+    with torch.inference_mode():
+        run(ways["one padded batch"])  # warm-up
+        for _ in range(repeats):
+            for name, batches_of in ways.items():
+                started = time.perf_counter()
+                run(batches_of)
+                seconds[name].append(time.perf_counter() - started)
+    n_documents = len(groups) * group
+    baseline = statistics.median(seconds["one at a time"])
+    return {
+        "checkpoint": ckpt,
+        "documents": n_documents,
+        "group": group,
+        "mean_tokens": round(sum(len(r) for g in groups for r in g) / n_documents, 1),
+        "torch_threads": torch.get_num_threads(),
+        "ways": {
+            name: {
+                "documents_per_s": round(n_documents / statistics.median(times), 1),
+                "speed_vs_one_at_a_time": round(baseline / statistics.median(times), 2),
+            }
+            for name, times in seconds.items()
+        },
+    }

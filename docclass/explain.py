@@ -39,7 +39,7 @@ import torch
 from tokenizers import Tokenizer
 
 from docclass.checkpoint import TrainedClassifier
-from docclass.model import DocumentClassifier, pad_token_ids
+from docclass.model import DocumentClassifier, length_batches, pad_token_ids
 from docclass.tokenizer import WordAlignment, align_words, encode_batch
 
 SIGNED_METHODS = ("contribution", "grad_input")
@@ -110,9 +110,8 @@ def _rollout(layer_weights: list[torch.Tensor], pool_mean: torch.Tensor) -> torc
 
 def _batches(documents: list[_Document], batch_size: int) -> Iterator[list[_Document]]:
     # Similar lengths together: padding would otherwise dominate the O(T²) explicit attention.
-    ordered = sorted(documents, key=lambda document: len(document.token_ids))
-    for start in range(0, len(ordered), batch_size):
-        yield ordered[start : start + batch_size]
+    for group in length_batches([len(d.token_ids) for d in documents], batch_size):
+        yield [documents[i] for i in group]
 
 
 def _score_batch(

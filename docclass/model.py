@@ -13,6 +13,7 @@ class logit can be recovered from ``pool_weights`` and the value vectors.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
@@ -260,3 +261,28 @@ def pad_token_ids(rows: list[list[int]], pad_id: int = 0) -> tuple[torch.Tensor,
         input_ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
         mask[i, : len(row)] = True
     return input_ids, mask
+
+
+def length_batches(
+    lengths: Sequence[int], batch_size: int, slack: float = 0.25, slack_tokens: int = 16
+) -> list[list[int]]:
+    """Indices of ``lengths`` grouped shortest first into batches of similar length.
+
+    A batch is padded to its longest member, and explicit attention costs O(T²) per row, so a
+    batch closes when full or when the next length exceeds its shortest by more than ``slack``
+    (plus ``slack_tokens``, so very short documents still group). On a 2-core CPU, BBC articles
+    arriving eight at a time ran at 0.66× the speed of one at a time as one padded batch, and
+    at 1.09× split this way (``make batching-speed``).
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    for i in order:
+        if (
+            batches
+            and len(batches[-1]) < batch_size
+            and lengths[i] <= lengths[batches[-1][0]] * (1 + slack) + slack_tokens
+        ):
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches

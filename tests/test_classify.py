@@ -157,6 +157,23 @@ def test_explain_gives_the_report_record(ckpt):
     assert record["words"][0] == "Shares" and "contribution" in record["scores"]
 
 
+def test_word_attention_matches_the_reports_pool_attention(ckpt):
+    """Two code paths (predict's per-word sums, explain's) must give the same words and weights."""
+    clf = docclass.DocClassifier.load(ckpt, device="cpu")
+    texts = ["Shares rose after profits beat forecasts; the bank's chief said so.", LONG]
+    results = clf.predict(texts, word_attention=True, top_words=3)
+    for text, result in zip(texts, results, strict=True):
+        record = clf.explain(text)
+        read = record["words_read"]
+        assert result["words"] == record["words"][:read]
+        assert [text[s:e] for s, e in result["spans"]] == result["words"]
+        assert result["attention"] == pytest.approx(record["scores"]["attention"][:read], abs=1e-5)
+        assert sum(result["attention"]) == pytest.approx(1.0, abs=1e-4)
+        best = max(range(len(result["attention"])), key=result["attention"].__getitem__)
+        assert result["top_words"][0]["word"] == result["words"][best]
+    assert results[1]["truncated"] and len(results[1]["words"]) < len(LONG.split())
+
+
 def test_bad_checkpoints_are_one_line(capsys, tmp_path, ckpt):
     broken = tmp_path / "broken.ckpt"
     broken.write_bytes(ckpt.read_bytes()[:1000])

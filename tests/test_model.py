@@ -5,7 +5,7 @@ from conftest import padded_batch
 from torch.testing import assert_close
 
 from docclass.errors import ConfigError
-from docclass.model import DocumentClassifier, ModelConfig, drop_words
+from docclass.model import DocumentClassifier, ModelConfig, drop_words, length_batches
 
 
 def tiny_config(**overrides) -> ModelConfig:
@@ -144,3 +144,21 @@ def test_learned_positions_refuse_overlong_input():
     ids, mask = padded_batch([9])
     with pytest.raises(ValueError, match="exceeds max_positions=8"):
         model(ids, mask)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 64])
+def test_length_batches_cover_every_index_once_with_bounded_padding(batch_size):
+    lengths = [5, 400, 17, 1024, 1024, 30, 31, 380, 2, 1000, 64, 70]
+    batches = length_batches(lengths, batch_size, slack=0.25, slack_tokens=16)
+    flat = [i for batch in batches for i in batch]
+    assert sorted(flat) == list(range(len(lengths)))
+    assert [lengths[i] for i in flat] == sorted(lengths)  # shortest first
+    for batch in batches:
+        assert len(batch) <= batch_size
+        shortest, longest = lengths[batch[0]], lengths[batch[-1]]
+        assert longest <= shortest * 1.25 + 16
+    if batch_size == 64:
+        # Similar lengths do share a batch: 1000 and the two 1024s, 2/5/17, 380/400.
+        assert [lengths[i] for i in batches[-1]] == [1000, 1024, 1024]
+        assert [2, 5, 17] in [[lengths[i] for i in b] for b in batches]
+        assert [380, 400] in [[lengths[i] for i in b] for b in batches]
