@@ -12,7 +12,7 @@ PIP_FLAGS := $(if $(WHEELS),--find-links $(WHEELS),)
 CHROMIUM := $(shell command -v chromium 2>/dev/null)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: demo test test-full lint format seeds report-speed classify-memory batching-speed browser clean
+.PHONY: demo test test-full lint format seeds report-speed classify-memory serve-load batching-speed browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,10 @@ classify-memory: $(STAMP)  ## peak memory of `docclass classify` as the corpus g
 batching-speed: $(STAMP)  ## documents of mixed length: one at a time vs padded batch vs length_batches
 	$(BIN)/python scripts/batching_speed.py --ckpt reports/bbc/checkpoints/last.ckpt \
 		--out reports/batching-speed.json
+
+serve-load: $(STAMP)  ## 8 clients x 100 requests against `docclass serve`, batching off vs on (after `make demo`)
+	$(BIN)/python scripts/serve_load.py --ckpt reports/bbc/checkpoints/last.ckpt \
+		--clients 8 --requests 100 --out reports/serve-load.json
 
 clean:
 	rm -rf $(VENV) reports/tiny reports/bbc

@@ -67,6 +67,113 @@ def classify_memory(
     return {"checkpoint": ckpt, "words_per_document": words_per_document, "runs": runs}
 
 
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))
+    return ordered[index]
+
+
+def _load_round(
+    ckpt: str, texts: list[str], clients: int, requests_per_client: int, setting: dict[str, Any]
+) -> dict[str, Any]:
+    """One server process, ``clients`` threads each sending requests back to back."""
+    import http.client
+    from concurrent.futures import ThreadPoolExecutor
+
+    from docclass.serve_process import HOST, post_json, running_server
+
+    extra_args = ["--device", "cpu", *setting.get("args", [])]
+    with running_server(ckpt, extra_args=extra_args, env=setting.get("env")) as port:
+        for text in texts[:clients]:  # warm-up: first calls pay for lazy initialisation
+            post_json(port, {"texts": [text]})
+
+        def client(index: int) -> list[tuple[float, bool]]:
+            connection = http.client.HTTPConnection(HOST, port, timeout=120)
+            outcomes = []
+            for k in range(requests_per_client):
+                text = texts[(index * requests_per_client + k) % len(texts)]
+                started = time.perf_counter()
+                try:
+                    status, body = post_json(port, {"texts": [text]}, connection=connection)
+                    ok = status == 200 and body["results"][0].get("label") is not None
+                except (OSError, http.client.HTTPException, ValueError):
+                    connection.close()
+                    connection = http.client.HTTPConnection(HOST, port, timeout=120)
+                    ok = False
+                outcomes.append((time.perf_counter() - started, ok))
+            connection.close()
+            return outcomes
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(clients) as pool:
+            outcomes = [o for per_client in pool.map(client, range(clients)) for o in per_client]
+        seconds = time.perf_counter() - started
+    latencies_ms = [latency * 1000 for latency, _ in outcomes]
+    return {
+        "requests": len(outcomes),
+        "errors": sum(1 for _, ok in outcomes if not ok),
+        "seconds": round(seconds, 2),
+        "requests_per_s": round(len(outcomes) / seconds, 1),
+        "latency_ms": {
+            "p50": round(_percentile(latencies_ms, 50), 1),
+            "p95": round(_percentile(latencies_ms, 95), 1),
+            "p99": round(_percentile(latencies_ms, 99), 1),
+            "max": round(max(latencies_ms), 1),
+        },
+    }
+
+
+def serve_load(
+    ckpt: str,
+    texts: list[str],
+    clients: int = 8,
+    requests_per_client: int = 100,
+    server_settings: dict[str, dict[str, Any]] | None = None,
+    rounds: int = 3,
+) -> dict[str, Any]:
+    """A bounded load test of ``docclass serve``: every client sends its requests back to back.
+
+    Each setting (``{"args": [...], "env": {...}}`` for the server) gets a fresh server process
+    per round, and rounds interleave the settings (A B C A B C …), so slow spells of a noisy
+    machine fall on all of them; figures are medians over rounds, compared as ratios. One
+    document per request, with the default response (label, probabilities, every word's pool
+    attention).
+    """
+    settings = server_settings or {"default": {}}
+    per_setting: dict[str, list[dict[str, Any]]] = {name: [] for name in settings}
+    for _ in range(rounds):
+        for name, setting in settings.items():
+            per_setting[name].append(
+                _load_round(ckpt, texts, clients, requests_per_client, setting)
+            )
+    runs = []
+    for name, results in per_setting.items():
+        runs.append(
+            {
+                "setting": name,
+                "server_args": settings[name].get("args", []),
+                "server_env": settings[name].get("env", {}),
+                "requests": sum(r["requests"] for r in results),
+                "errors": sum(r["errors"] for r in results),
+                "requests_per_s": statistics.median(r["requests_per_s"] for r in results),
+                "latency_ms": {
+                    key: statistics.median(r["latency_ms"][key] for r in results)
+                    for key in ("p50", "p95", "p99", "max")
+                },
+                "rounds": results,
+            }
+        )
+    return {
+        "checkpoint": ckpt,
+        "clients": clients,
+        "requests_per_client": requests_per_client,
+        "rounds": rounds,
+        "documents_per_request": 1,
+        "mean_document_characters": round(sum(map(len, texts)) / len(texts)),
+        "runs": runs,
+    }
+
+
 def batching_speed(ckpt: str, texts: list[str], group: int = 8, repeats: int = 3) -> dict[str, Any]:
     """Forward passes per second for groups of ``group`` documents, three ways, interleaved.
 

@@ -7,7 +7,8 @@ trainer's ``default_root_dir`` (``reports/<run-name>/`` in the shipped configs):
 report of the test split in ``report/``.
 
 ``docclass report --ckpt CKPT --data CONFIG_OR_SOURCE --out DIR`` explains documents with a
-trained checkpoint and writes the standalone HTML report.
+trained checkpoint and writes the standalone HTML report; ``docclass classify`` classifies
+documents in bulk; ``docclass serve`` answers HTTP requests (``docclass.serve``).
 """
 
 from __future__ import annotations
@@ -271,10 +272,16 @@ def main(args: list[str] | None = None) -> None:
         if argv[:1] == ["classify"]:
             _classify_main(argv[1:])
             return
+        if argv[:1] == ["serve"]:
+            from docclass.serve import serve_main
+
+            serve_main(argv[1:])
+            return
         if argv[:1] in (["-h"], ["--help"]):
             # LightningCLI lists only its own subcommands; name ours before its help exits.
             print("docclass report: explain documents and write the HTML report (see --help)")
-            print("docclass classify: classify documents in bulk (see --help)\n")
+            print("docclass classify: classify documents in bulk (see --help)")
+            print("docclass serve: classify over HTTP on 127.0.0.1 (see --help)\n")
         DocClassCLI(
             DocClassifierModule,
             DocDataModule,
