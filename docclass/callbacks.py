@@ -34,6 +34,21 @@ def machine_summary() -> dict[str, Any]:
     }
 
 
+def gather_by_document(indices: torch.Tensor, *columns: torch.Tensor) -> list[np.ndarray]:
+    """Every rank's rows, once per document, in document order (the local rows without DDP).
+
+    Under DDP each rank evaluates its own shard, and the distributed sampler repeats a few
+    documents so that shards are equal: metrics from one rank, or from all rows, would be wrong.
+    """
+    local = [indices.numpy(), *(column.numpy() for column in columns)]
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        gathered: list[Any] = [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(gathered, local)
+        local = [np.concatenate(parts) for parts in zip(*gathered, strict=True)]
+    _, first = np.unique(local[0], return_index=True)
+    return [column[first] for column in local[1:]]
+
+
 class RunReport(pl.Callback):
     """Writes ``metrics.json``, ``confusion_matrix.png``, ``training_curves.png`` and
     ``split.json`` into the run folder (the trainer's ``default_root_dir``) after testing.
@@ -64,7 +79,7 @@ class RunReport(pl.Callback):
         }
 
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._preds, self._labels = [], []
+        self._preds, self._labels, self._indices = [], [], []
         self._test_started = time.perf_counter()
 
     def on_test_batch_end(
@@ -78,16 +93,18 @@ class RunReport(pl.Callback):
     ) -> None:
         self._preds.append(outputs["preds"].cpu())
         self._labels.append(outputs["labels"].cpu())
+        self._indices.append(outputs["index"].cpu())
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        preds, labels = gather_by_document(
+            torch.cat(self._indices), torch.cat(self._preds), torch.cat(self._labels)
+        )
         if not trainer.is_global_zero:
             return
         run_dir = Path(trainer.default_root_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         label_names = list(pl_module.label_names)
         n = len(label_names)
-        preds = torch.cat(self._preds).numpy()
-        labels = torch.cat(self._labels).numpy()
         matrix = np.bincount(labels * n + preds, minlength=n * n).reshape(n, n)
         scores = classification_scores(matrix)
         datamodule = trainer.datamodule
@@ -138,14 +155,23 @@ class PredictionWriter(BasePredictionWriter):
         super().__init__(write_interval="batch")
         self.path = path
         self._handle = None
+        self._sharded = False
 
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         path = Path(self.path)
         if not path.is_absolute():
             path = Path(trainer.default_root_dir) / path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._handle = path.open("w", encoding="utf-8")
         self.resolved_path = path
+        self._sharded = trainer.world_size > 1
+        if self._sharded:
+            # Each rank predicts its own shard into its own file; rank 0 merges them at the end.
+            path = self._rank_path(path, trainer.global_rank)
+        self._handle = path.open("w", encoding="utf-8")
+
+    @staticmethod
+    def _rank_path(path: Path, rank: int) -> Path:
+        return path.with_name(f"{path.name}.rank{rank}")
 
     def write_on_batch_end(
         self,
@@ -162,8 +188,12 @@ class PredictionWriter(BasePredictionWriter):
         names = pl_module.label_names
         indices = prediction["index"].tolist()
         rows = split.select(indices)
-        for row, probs, truncated in zip(
-            rows, prediction["probs"].tolist(), prediction["truncated"].tolist(), strict=True
+        for index, row, probs, truncated in zip(
+            indices,
+            rows,
+            prediction["probs"].tolist(),
+            prediction["truncated"].tolist(),
+            strict=True,
         ):
             best = int(np.argmax(probs))
             record = {
@@ -174,13 +204,37 @@ class PredictionWriter(BasePredictionWriter):
                 "true_label": names[row["label"]],
                 "truncated": truncated,
             }
+            if self._sharded:
+                record["_index"] = index
             self._handle.write(json.dumps(record, ensure_ascii=False) + "\n")
 
     def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._handle is not None:
             self._handle.close()
+            if self._sharded:
+                trainer.strategy.barrier("predictions written")
+                if trainer.is_global_zero:
+                    self._merge_shards(trainer.world_size)
+                trainer.strategy.barrier("predictions merged")
+            if not trainer.is_global_zero:
+                return
             log.info("predictions written to %s", self.resolved_path)
             print(f"predictions → {self.resolved_path}")
+
+    def _merge_shards(self, world_size: int) -> None:
+        """One file in split order; the distributed sampler's repeated documents appear once."""
+        by_index: dict[int, dict] = {}
+        shards = [self._rank_path(self.resolved_path, rank) for rank in range(world_size)]
+        for shard in shards:
+            with shard.open(encoding="utf-8") as handle:
+                for line in handle:
+                    record = json.loads(line)
+                    by_index.setdefault(record.pop("_index"), record)
+        with self.resolved_path.open("w", encoding="utf-8") as handle:
+            for index in sorted(by_index):
+                handle.write(json.dumps(by_index[index], ensure_ascii=False) + "\n")
+        for shard in shards:
+            shard.unlink()
 
 
 class AttentionSnapshots(pl.Callback):

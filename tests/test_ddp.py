@@ -1,0 +1,49 @@
+"""Distributed data parallel for real: two CPU processes (gloo) run ``fit`` on the tiny config."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import torch
+from conftest import CONFIGS, REPO
+
+
+def test_two_process_ddp_fit_trains_tests_and_reports_once(tmp_path):
+    run_dir = tmp_path / "ddp"
+    command = [
+        sys.executable, "-m", "docclass.cli", "fit",
+        "--config", str(CONFIGS / "tiny.yaml"), "--config", str(CONFIGS / "ddp.yaml"),
+        "--trainer.accelerator", "cpu", "--trainer.devices", "2",
+        "--trainer.default_root_dir", str(run_dir),
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    output = done.stdout + done.stderr
+    assert "distributed_backend=gloo" in output
+    assert "All distributed processes registered. Starting with 2 processes" in output
+
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    # Metrics cover the whole test split once, not rank 0's shard (or the sampler's repeats).
+    assert metrics["test"]["n_documents"] == metrics["data"]["test_documents"]
+    assert sum(map(sum, metrics["test"]["confusion_matrix"])) == metrics["data"]["test_documents"]
+    # Each rank read half of every epoch: steps = ceil(ceil(train / 2) / batch) × epochs.
+    per_rank = math.ceil(metrics["data"]["train_documents"] / 2)
+    assert metrics["global_steps"] == math.ceil(per_rank / 16) * metrics["epochs_trained"]
+    # Written once, by rank 0: one report, checkpoints loadable without executing pickle.
+    assert (run_dir / "report" / "index.html").is_file()
+    assert output.count(f"report: {metrics['test']['n_documents']} documents →") == 1
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert checkpoint["global_step"] == metrics["global_steps"]
+
+    # predict on two ranks: one row per test document, in split order, in one file.
+    predict = [*command[:3], "predict", *command[4:]]
+    predict += ["--ckpt_path", str(run_dir / "checkpoints" / "last.ckpt")]
+    done = subprocess.run(predict, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (run_dir / "predictions.jsonl").open()]
+    split = json.loads((run_dir / "split.json").read_text())
+    assert [row["id"] for row in rows] == split["test"]
+    assert not list(run_dir.glob("predictions.jsonl.rank*"))
