@@ -12,7 +12,7 @@ PIP_FLAGS := $(if $(WHEELS),--find-links $(WHEELS),)
 CHROMIUM := $(shell command -v chromium 2>/dev/null)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: demo test test-full lint format seeds report-speed classify-memory serve-load batching-speed browser clean
+.PHONY: demo test test-full lint format seeds report-speed classify-memory serve-load batching-speed bench browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,10 @@ report-speed: $(STAMP)  ## time the HTML report of the BBC test split (needs `ma
 classify-memory: $(STAMP)  ## peak memory of `docclass classify` as the corpus grows (after `make demo`)
 	$(BIN)/python scripts/classify_memory.py --ckpt reports/bbc/checkpoints/last.ckpt \
 		--sizes 2000 20000 200000 --out reports/classify-memory.json
+
+bench: $(STAMP)  ## docclass vs nn.TransformerEncoder, inference, anchors (after `make demo`; ~6 min)
+	$(BIN)/python -m pip install --quiet $(PIP_FLAGS) -e ".[bench]"
+	$(BIN)/python scripts/bench.py --ckpt reports/bbc/checkpoints/last.ckpt --out reports/bench
 
 batching-speed: $(STAMP)  ## documents of mixed length: one at a time vs padded batch vs length_batches
 	$(BIN)/python scripts/batching_speed.py --ckpt reports/bbc/checkpoints/last.ckpt \
