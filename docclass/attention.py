@@ -110,6 +110,107 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(batch, tokens, heads * head_dim)
 
 
+def _band(window: int, device: torch.device) -> torch.Tensor:
+    """``[w, 3w]`` bool: query ``a`` of a block may see key ``c`` of the three-block window
+    (previous, own, next block) when their distance ``|c - w - a|`` is at most ``w``."""
+    queries = torch.arange(window, device=device)[:, None]
+    keys = torch.arange(3 * window, device=device)[None, :]
+    return (keys - window - queries).abs() <= window
+
+
+def _key_windows(x: torch.Tensor, window: int) -> torch.Tensor:
+    """``[B,H,Tp,E]`` (Tp a multiple of w) → ``[B,H,nb,3w,E]``: each block's three-block window."""
+    padded = F.pad(x, (0, 0, window, window))  # one empty block before and after
+    return padded.unfold(2, 3 * window, window).transpose(-2, -1)
+
+
+def local_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_mask: torch.Tensor,
+    window: int,
+    need_weights: bool = False,
+    dropout: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Windowed (band) attention: token ``i`` attends to real tokens ``j`` with ``|i-j| <= w``.
+
+    Cost O(T·w) instead of O(T²): the sequence is cut into blocks of ``w`` and each block's
+    queries meet only the keys of the block before, their own and the one after (3w keys),
+    with the band and padding masked.
+
+    Args:
+        queries, keys, values: ``[B,H,T,Dh]``.
+        key_mask: ``[B,T]`` bool, True = real token.
+        window: w, the largest distance attended to.
+        need_weights: also return the weights, banded: ``[B,H,nb,w,3w]`` (see
+            :func:`banded_to_dense`).
+        dropout: dropout on the weights (training only; forces the explicit path on CPU).
+
+    Returns:
+        ``([B,H,T,Dh], banded weights or None)``.
+    """
+    batch, heads, length, head_dim = queries.shape
+    blocks = max(1, math.ceil(length / window))
+    extra = blocks * window - length
+    if extra:
+        queries, keys, values = (F.pad(t, (0, 0, 0, extra)) for t in (queries, keys, values))
+        key_mask = F.pad(key_mask, (0, extra), value=False)
+    q_blocks = queries.view(batch, heads, blocks, window, head_dim)
+    k_windows, v_windows = _key_windows(keys, window), _key_windows(values, window)
+    mask_windows = _key_windows(key_mask[:, None, :, None].float(), window)[..., 0].bool()
+    # (B, 1, nb, w, 3w): the band, and the keys that are real.
+    allowed = _band(window, queries.device) & mask_windows[:, :, :, None, :]
+    if need_weights or dropout > 0:
+        scores = q_blocks @ k_windows.transpose(-2, -1) / math.sqrt(head_dim)
+        weights = masked_softmax(scores, allowed)  # (B, H, nb, w, 3w)
+        attended = F.dropout(weights, dropout, dropout > 0) @ v_windows
+    else:
+        # A padded query may have no real key in reach: let it see its band (never pooled).
+        allowed = allowed | ~allowed.any(dim=-1, keepdim=True)
+        attended = F.scaled_dot_product_attention(
+            q_blocks.reshape(batch, heads * blocks, window, head_dim),
+            k_windows.reshape(batch, heads * blocks, 3 * window, head_dim),
+            v_windows.reshape(batch, heads * blocks, 3 * window, head_dim),
+            attn_mask=allowed.expand(batch, heads, blocks, window, 3 * window).reshape(
+                batch, heads * blocks, window, 3 * window
+            ),
+        )
+        weights = None
+    attended = attended.reshape(batch, heads, blocks * window, head_dim)[:, :, :length]
+    return attended, weights
+
+
+def banded_to_dense(banded: torch.Tensor, length: int) -> torch.Tensor:
+    """Banded weights ``[B,H,nb,w,3w]`` → the full ``[B,H,T,T]`` matrix (zeros off the band).
+
+    O(T²) memory: for inspecting short documents, not for long ones.
+    """
+    batch, heads, blocks, window, _ = banded.shape
+    padded = blocks * window
+    dense = banded.new_zeros(batch, heads, padded, padded + 2 * window)
+    for block in range(blocks):
+        start = block * window
+        # Key column c of block n is position (n-1)·w + c, i.e. column n·w + c of the dense
+        # matrix shifted right by one block.
+        dense[:, :, start : start + window, start : start + 3 * window] = banded[:, :, block]
+    return dense[:, :, :length, window : window + length]
+
+
+def banded_flow(flow: torch.Tensor, banded: torch.Tensor) -> torch.Tensor:
+    """``flow [B,T] @ A`` for a banded ``A`` given as ``[B,nb,w,3w]``, without building it."""
+    batch, blocks, window, _ = banded.shape
+    length = flow.shape[1]
+    padded_flow = F.pad(flow, (0, blocks * window - length)).view(batch, blocks, 1, window)
+    per_block = (padded_flow @ banded).squeeze(2)  # (B, nb, 3w): mass sent to each window key
+    out = flow.new_zeros(batch, (blocks + 2) * window)
+    for offset in range(3):
+        # Window part ``offset`` of block n lands on block n - 1 + offset (shifted by one).
+        part = per_block[:, :, offset * window : (offset + 1) * window].reshape(batch, -1)
+        out[:, offset * window : offset * window + blocks * window] += part
+    return out[:, window : window + length]
+
+
 class MultiHeadSelfAttention(nn.Module):
     """Multi-head intra-attention: every token attends to every real token of its document.
 
@@ -122,14 +223,19 @@ class MultiHeadSelfAttention(nn.Module):
         n_heads: number of heads H; must divide D.
         attn_dropout: dropout on attention weights. On CPU any value above 0 makes the fused
             kernel fall back to a much slower path, so keep 0 there.
+        window: 0 for full attention; otherwise each token attends only to tokens at most
+            this far away (:func:`local_attention`, O(T·w)), and weights come back banded.
     """
 
-    def __init__(self, d_model: int, n_heads: int, attn_dropout: float = 0.0) -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, attn_dropout: float = 0.0, window: int = 0
+    ) -> None:
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
         self.n_heads = n_heads
         self.attn_dropout = attn_dropout
+        self.window = window
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out_proj = nn.Linear(d_model, d_model)
 
@@ -144,12 +250,18 @@ class MultiHeadSelfAttention(nn.Module):
             need_weights: also return the attention weights.
 
         Returns:
-            ``([B,T,D], [B,H,T,T] or None)``; weights rows sum to 1 over real keys.
+            ``([B,T,D], [B,H,T,T] or None)``; weights rows sum to 1 over real keys. With a
+            window the weights are banded, ``[B,H,nb,w,3w]``.
         """
         queries, keys, values = (
             split_heads(part, self.n_heads) for part in self.qkv(x).chunk(3, dim=-1)
         )  # each (B, H, T, Dh)
         dropout = self.attn_dropout if self.training else 0.0
+        if self.window:
+            attended, weights = local_attention(
+                queries, keys, values, mask, self.window, need_weights, dropout
+            )
+            return self.out_proj(merge_heads(attended)), weights
         key_mask = mask[:, None, None, :]  # (B, 1, 1, T)
         if need_weights:
             scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])

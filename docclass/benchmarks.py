@@ -231,3 +231,61 @@ def batching_speed(ckpt: str, texts: list[str], group: int = 8, repeats: int = 3
             for name, times in seconds.items()
         },
     }
+
+
+def attention_scaling(
+    lengths: list[int],
+    window: int = 64,
+    d_model: int = 128,
+    n_heads: int = 4,
+    batch: int = 4,
+    repeats: int = 3,
+) -> dict[str, Any]:
+    """Training-step time and peak memory of one block, full vs windowed attention, per length.
+
+    The default model's block at each length (random tokens: speed does not depend on them),
+    forward + backward, interleaved and repeated; memory is the process RSS growth, sampled.
+    """
+    import torch
+
+    from docclass.bench import peak_memory
+    from docclass.model import DocumentClassifier, ModelConfig
+
+    def model_for(attention_window: int) -> DocumentClassifier:
+        torch.manual_seed(0)
+        config = ModelConfig(
+            vocab_size=20_000, num_classes=5, d_model=d_model, n_heads=n_heads, n_layers=1,
+            pool_heads=n_heads, attention_window=attention_window,
+        )  # fmt: skip
+        return DocumentClassifier(config).train()
+
+    models = {"full attention": model_for(0), f"window {window}": model_for(window)}
+    rows = []
+    for length in lengths:
+        ids = torch.randint(1, 20_000, (batch, length))
+        mask = torch.ones_like(ids, dtype=torch.bool)
+        times: dict[str, list[float]] = {name: [] for name in models}
+        memory: dict[str, float] = {}
+        for model in models.values():  # warm-up
+            model(ids, mask).logits.sum().backward()
+        for _ in range(repeats):
+            for name, model in models.items():
+                with peak_memory(torch.device("cpu")) as peak:
+                    started = time.perf_counter()
+                    model(ids, mask).logits.sum().backward()
+                    times[name].append(time.perf_counter() - started)
+                memory[name] = max(memory.get(name, 0.0), peak["peak_mib"])
+                model.zero_grad(set_to_none=True)
+        row: dict[str, Any] = {"tokens": length}
+        for name in models:
+            seconds = statistics.median(times[name])
+            row[name] = {
+                "ms_per_step": round(seconds * 1000, 1),
+                "tokens_per_s": round(batch * length / seconds),
+                "peak_mib": round(memory[name], 1),
+            }
+        row["full / window time"] = round(
+            row["full attention"]["ms_per_step"] / row[f"window {window}"]["ms_per_step"], 2
+        )
+        rows.append(row)
+    return {"batch": batch, "d_model": d_model, "heads": n_heads, "window": window, "rows": rows}

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
+from docclass.attention import banded_flow, banded_to_dense
 from docclass.checkpoint import TrainedClassifier
 from docclass.model import DocumentClassifier, length_batches, pad_token_ids
 from docclass.tokenizer import WordAlignment, align_words, encode_batch
@@ -100,12 +101,15 @@ def _compact(values: np.ndarray) -> list[float]:
 
 def _rollout(layer_weights: list[torch.Tensor], pool_mean: torch.Tensor) -> torch.Tensor:
     """``pool_mean [B,T]`` carried back through every block's ``Â = ½·mean_h(A) + ½·I``."""
-    flow = pool_mean.unsqueeze(1)  # (B, 1, T)
+    flow = pool_mean  # (B, T)
     for weights in reversed(layer_weights):
-        mixed = weights.mean(dim=1)  # (B, T, T), rows: queries
+        mixed = weights.mean(dim=1)  # (B, T, T) rows: queries; banded (B, nb, w, 3w) if windowed
+        carried = (
+            banded_flow(flow, mixed) if mixed.dim() == 4 else (flow.unsqueeze(1) @ mixed).squeeze(1)
+        )
         # flow · (½A + ½I) without building the identity matrix.
-        flow = 0.5 * (flow @ mixed) + 0.5 * flow
-    return flow.squeeze(1)
+        flow = 0.5 * carried + 0.5 * flow
+    return flow
 
 
 def _batches(documents: list[_Document], batch_size: int) -> Iterator[list[_Document]]:
@@ -217,11 +221,18 @@ def _record(
                     ),
                     5,
                 ).tolist()
-                for head in layer[row]
+                for head in _dense_rows(layer, row, n_read)
             ]
             for layer in scores["layer_weights"]
         ]
     return record
+
+
+def _dense_rows(layer: torch.Tensor, row: int, n_read: int) -> torch.Tensor:
+    """One document's ``[H,T,T]`` block weights, expanding banded (windowed) weights."""
+    if layer.dim() == 5:
+        return banded_to_dense(layer[row : row + 1], n_read)[0]
+    return layer[row]
 
 
 def _empty_record(document: _Document) -> dict[str, Any]:

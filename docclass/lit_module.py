@@ -29,6 +29,8 @@ class DocClassifierModule(pl.LightningModule):
         ffn_mult: feed-forward width as a multiple of d_model.
         dropout: residual and read-out dropout.
         attn_dropout: attention-weight dropout (slow on CPU when above 0).
+        attention_window: 0 for full self-attention; w > 0 lets each token attend only to
+            tokens at most w away (O(T·w)), for documents read whole (``data.max_tokens: null``).
         embed_dropout: dropout on embedded tokens.
         word_dropout: fraction of tokens hidden from the model during training.
         positions: sinusoidal, learned or none.
@@ -51,6 +53,7 @@ class DocClassifierModule(pl.LightningModule):
         ffn_mult: int = 4,
         dropout: float = 0.1,
         attn_dropout: float = 0.0,
+        attention_window: int = 0,
         embed_dropout: float = 0.1,
         word_dropout: float = 0.0,
         positions: str = "sinusoidal",

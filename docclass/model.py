@@ -40,6 +40,9 @@ class ModelConfig:
     ffn_mult: int = 4  # hidden width of each block's feed-forward layer, as a multiple of D
     dropout: float = 0.1  # residual and read-out dropout
     attn_dropout: float = 0.0  # > 0 forces the slow attention path on CPU
+    # 0: every token attends to every token (O(T²)); w > 0: only to tokens at most w away
+    # (O(T·w)), so long documents can be read whole. The pool always sees every token.
+    attention_window: int = 0
     embed_dropout: float = 0.1  # dropout on the embedded tokens
     word_dropout: float = 0.0  # fraction of real tokens hidden from the model while training
     positions: str = "sinusoidal"  # sinusoidal | learned | none
@@ -62,6 +65,8 @@ class ModelConfig:
             problems.append(
                 f"d_model ({self.d_model}) must be divisible by pool_heads ({self.pool_heads})"
             )
+        if self.attention_window < 0:
+            problems.append(f"attention_window must be >= 0, got {self.attention_window}")
         if self.n_layers < 0:
             problems.append(f"n_layers must be >= 0, got {self.n_layers}")
         for name in ("dropout", "attn_dropout", "embed_dropout", "word_dropout"):
@@ -115,7 +120,9 @@ class EncoderBlock(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.attn_norm = nn.LayerNorm(config.d_model)
-        self.attn = MultiHeadSelfAttention(config.d_model, config.n_heads, config.attn_dropout)
+        self.attn = MultiHeadSelfAttention(
+            config.d_model, config.n_heads, config.attn_dropout, config.attention_window
+        )
         self.ffn_norm = nn.LayerNorm(config.d_model)
         self.ffn = nn.Sequential(
             nn.Linear(config.d_model, config.ffn_mult * config.d_model),
@@ -188,7 +195,8 @@ class DocumentClassifier(nn.Module):
             input_ids: ``[B,T]`` long token ids.
             attention_mask: ``[B,T]`` bool, True = real token.
             need_layer_weights: also return every block's ``[B,H,T,T]`` attention (explicit
-                path; slower and O(T²) memory per head).
+                path; slower and O(T²) memory per head); banded ``[B,H,nb,w,3w]`` with an
+                attention window.
             inputs_embeds: optional ``[B,T,D]`` replacement for ``embed_tokens(input_ids)``,
                 for gradient-based attributions on the embeddings.
 

@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import padded_batch
 from torch.testing import assert_close
 
 from docclass.attention import (
@@ -11,6 +12,9 @@ from docclass.attention import (
     DotScore,
     GaussianScore,
     MultiHeadSelfAttention,
+    banded_flow,
+    banded_to_dense,
+    local_attention,
     make_score,
     masked_softmax,
     merge_heads,
@@ -162,3 +166,55 @@ class TestAttentionPool:
         padded_x = torch.cat([x, torch.randn(1, 7, 8) * 100], dim=1)
         padded_mask = torch.cat([mask, torch.zeros(1, 7, dtype=torch.bool)], dim=1)
         assert_close(pool(padded_x, padded_mask)[0], pool(x, mask)[0])
+
+
+def _band_reference(queries, keys, values, key_mask, window):
+    """Full T×T attention restricted to |i-j| <= window and real keys (the definition)."""
+    length = queries.shape[2]
+    positions = torch.arange(length)
+    band = (positions[:, None] - positions[None, :]).abs() <= window
+    allowed = band & key_mask[:, None, None, :]
+    scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
+    weights = masked_softmax(scores, allowed)
+    return weights @ values, weights
+
+
+@pytest.mark.parametrize(("lengths", "window"), [([13, 7], 4), ([16, 16], 4), ([9, 3], 16)])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_local_attention_matches_banded_full_attention(lengths, window, need_weights):
+    ids, mask = padded_batch(lengths, extra_padding=2)
+    batch, length = ids.shape
+    queries, keys, values = (torch.randn(batch, 2, length, 8) for _ in range(3))
+    out, banded = local_attention(queries, keys, values, mask, window, need_weights)
+    want, want_weights = _band_reference(queries, keys, values, mask, window)
+    real = mask[:, None, :, None].expand_as(out)
+    torch.testing.assert_close(out[real], want[real], atol=1e-5, rtol=1e-5)
+    if need_weights:
+        dense = banded_to_dense(banded, length)
+        torch.testing.assert_close(dense, want_weights, atol=1e-6, rtol=1e-5)
+        # Padded keys and keys beyond the window get exactly zero weight.
+        assert (dense * ~mask[:, None, None, :]).abs().max() == 0
+        far = (torch.arange(length)[:, None] - torch.arange(length)[None, :]).abs() > window
+        assert not far.any() or dense[..., far].abs().max() == 0
+        # Rollout's product through the band equals the dense product.
+        flow = torch.rand(batch, length) * mask
+        mean = banded.mean(dim=1)
+        torch.testing.assert_close(
+            banded_flow(flow, mean),
+            (flow.unsqueeze(1) @ dense.mean(dim=1)).squeeze(1),
+            atol=1e-6,
+            rtol=1e-5,
+        )
+    else:
+        assert banded is None
+
+
+def test_window_wider_than_the_document_is_full_attention():
+    ids, mask = padded_batch([11, 6])
+    full = MultiHeadSelfAttention(16, 2).eval()
+    local = MultiHeadSelfAttention(16, 2, window=32).eval()
+    local.load_state_dict(full.state_dict())
+    x = torch.randn(2, ids.shape[1], 16)
+    torch.testing.assert_close(
+        local(x, mask)[0][mask], full(x, mask)[0][mask], atol=1e-5, rtol=1e-5
+    )

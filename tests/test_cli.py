@@ -217,11 +217,13 @@ def instantiate(config: str, *overrides: str) -> DocClassCLI:
     )
 
 
-@pytest.mark.parametrize("name", ["bbc", "tiny"])
+@pytest.mark.parametrize("name", ["bbc", "tiny", "bbc-long"])
 def test_cpu_configs_instantiate(name, tmp_path):
     cli = instantiate(str(CONFIGS / f"{name}.yaml"), "--trainer.default_root_dir", str(tmp_path))
     assert cli.model.hparams.num_classes == 5
     assert cli.model.hparams.vocab_size == cli.datamodule.tokenizer.get_vocab_size()
+    if name == "bbc-long":  # whole documents, read through windowed attention
+        assert cli.datamodule.max_tokens is None and cli.model.config.attention_window == 64
 
 
 @pytest.mark.parametrize("name", ["ag_news", "imdb", "yelp_review_full", "dbpedia_14"])

@@ -8,6 +8,7 @@ import torch
 from test_tokenizer import CORPUS, HARD_TEXTS
 from torch.testing import assert_close
 
+from docclass.attention import banded_to_dense
 from docclass.checkpoint import TrainedClassifier
 from docclass.explain import explain_documents, method_names, read_jsonl, write_jsonl
 from docclass.model import DocumentClassifier, ModelConfig
@@ -23,7 +24,9 @@ DOCUMENTS = [
 SUMS_TO_ONE = ["attention", "rollout", "attention_head0", "attention_head1"]
 
 
-def tiny_classifier(n_layers: int = 2, max_tokens: int | None = None) -> TrainedClassifier:
+def tiny_classifier(
+    n_layers: int = 2, max_tokens: int | None = None, attention_window: int = 0
+) -> TrainedClassifier:
     tokenizer = train_tokenizer(CORPUS, TokenizerSpec(vocab_size=90, min_frequency=1))
     config = ModelConfig(
         vocab_size=tokenizer.get_vocab_size(),
@@ -33,6 +36,7 @@ def tiny_classifier(n_layers: int = 2, max_tokens: int | None = None) -> Trained
         n_layers=n_layers,
         pool_heads=2,
         ffn_mult=2,
+        attention_window=attention_window,
     )
     torch.manual_seed(0)
     model = DocumentClassifier(config).eval()
@@ -106,6 +110,8 @@ def _token_level_reference(classifier: TrainedClassifier, text: str) -> dict[str
     length = ids.shape[1]
     flow = torch.eye(length)
     for weights in out.layer_weights:
+        if weights.dim() == 5:  # a windowed model's banded weights, as the full matrix
+            weights = banded_to_dense(weights, length)
         flow = (0.5 * weights[0].mean(0) + 0.5 * torch.eye(length)) @ flow
     rollout = out.pool_weights[0].mean(0) @ flow
     return {
@@ -116,8 +122,9 @@ def _token_level_reference(classifier: TrainedClassifier, text: str) -> dict[str
     }
 
 
-def test_rollout_and_gradient_times_input_match_their_definitions():
-    classifier = tiny_classifier(n_layers=2)
+@pytest.mark.parametrize("window", [0, 3])
+def test_rollout_and_gradient_times_input_match_their_definitions(window):
+    classifier = tiny_classifier(n_layers=2, attention_window=window)
     text = DOCUMENTS[1]
     (record,) = explain_documents(classifier, [text])
     reference = _token_level_reference(classifier, text)
@@ -146,8 +153,11 @@ def test_truncated_document_keeps_every_word_and_scores_only_what_was_read():
     assert "layer_maps" not in record  # maps are for whole short documents only
 
 
-def test_short_documents_carry_word_by_word_maps_per_block_and_head():
-    (record,) = explain_documents(tiny_classifier(n_layers=2), [DOCUMENTS[2]])
+@pytest.mark.parametrize("window", [0, 3])
+def test_short_documents_carry_word_by_word_maps_per_block_and_head(window):
+    (record,) = explain_documents(
+        tiny_classifier(n_layers=2, attention_window=window), [DOCUMENTS[2]]
+    )
     maps = np.array(record["layer_maps"])
     n_words = len(record["words"])
     assert maps.shape == (2, 2, n_words, n_words)

@@ -41,9 +41,11 @@ def test_pool_weights_are_zero_on_padding_and_sum_to_one():
     assert_close(weights.sum(-1), torch.ones(3, 2))
 
 
-@pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
-def test_extra_padding_does_not_change_logits(positions):
-    model = DocumentClassifier(tiny_config(positions=positions)).eval()
+@pytest.mark.parametrize(
+    ("positions", "window"), [("sinusoidal", 0), ("learned", 0), ("sinusoidal", 2)]
+)
+def test_extra_padding_does_not_change_logits(positions, window):
+    model = DocumentClassifier(tiny_config(positions=positions, attention_window=window)).eval()
     torch.manual_seed(1)
     ids, mask = padded_batch([6, 3])
     torch.manual_seed(1)
@@ -53,8 +55,9 @@ def test_extra_padding_does_not_change_logits(positions):
     )
 
 
-def test_fused_and_explicit_paths_agree():
-    model = DocumentClassifier(tiny_config()).eval()
+@pytest.mark.parametrize("window", [0, 3])
+def test_fused_and_explicit_paths_agree(window):
+    model = DocumentClassifier(tiny_config(attention_window=window)).eval()
     ids, mask = padded_batch([8, 5, 1])
     assert_close(
         model(ids, mask, need_layer_weights=True).logits,
@@ -162,3 +165,13 @@ def test_length_batches_cover_every_index_once_with_bounded_padding(batch_size):
         assert [lengths[i] for i in batches[-1]] == [1000, 1024, 1024]
         assert [2, 5, 17] in [[lengths[i] for i in b] for b in batches]
         assert [380, 400] in [[lengths[i] for i in b] for b in batches]
+
+
+def test_windowed_model_reads_a_long_document_with_banded_weights():
+    model = DocumentClassifier(tiny_config(attention_window=16, n_layers=1)).eval()
+    ids, mask = padded_batch([1000, 700])
+    out = model(ids, mask, need_layer_weights=True)
+    # 1000 tokens in blocks of 16: 63 blocks, each query meeting 48 keys, never 1000.
+    assert out.layer_weights[0].shape == (2, 2, 63, 16, 48)
+    assert_close(out.pool_weights.sum(-1), torch.ones(2, 2))  # the pool still sees everything
+    assert torch.all(out.pool_weights[1, :, 700:] == 0)
