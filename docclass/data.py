@@ -8,6 +8,7 @@ T is the longest document in the batch (capped at ``max_tokens``), never a globa
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -172,9 +173,10 @@ class BucketBatchSampler(BatchSampler):
                 yield batches[b]
 
 
-def collate(rows: list[dict]) -> dict[str, torch.Tensor]:
-    """Pad a list of tokenized rows to the longest one."""
+def collate(rows: list[dict], pad_to_multiple: int = 1) -> dict[str, torch.Tensor]:
+    """Pad a list of tokenized rows to the longest one, rounded up to ``pad_to_multiple``."""
     longest = max(1, max(len(row["input_ids"]) for row in rows))
+    longest = -(-longest // pad_to_multiple) * pad_to_multiple
     input_ids = torch.full((len(rows), longest), PAD_ID, dtype=torch.long)
     for i, row in enumerate(rows):
         input_ids[i, : len(row["input_ids"])] = torch.as_tensor(row["input_ids"], dtype=torch.long)
@@ -210,6 +212,8 @@ class DocDataModule(pl.LightningDataModule):
         batch_size: training documents per batch.
         eval_batch_size: documents per batch for validation, test and predict.
         num_workers: DataLoader worker processes.
+        pad_to_multiple: round every batch's length up to a multiple of this, so a compiled
+            model (``model.compile``) meets at most ``max_tokens / pad_to_multiple`` shapes.
         predict_split: which split ``predict`` classifies.
         seed: seed of the training batch order.
     """
@@ -234,6 +238,7 @@ class DocDataModule(pl.LightningDataModule):
         batch_size: int = 32,
         eval_batch_size: int = 64,
         num_workers: int = 0,
+        pad_to_multiple: int = 1,
         predict_split: str = "test",
         seed: int = 0,
     ) -> None:
@@ -245,6 +250,9 @@ class DocDataModule(pl.LightningDataModule):
             raise DataError(f"data.max_tokens must be positive or null, got {max_tokens}")
         if predict_split not in SPLITS:
             raise DataError(f"data.predict_split must be one of {SPLITS}, got {predict_split!r}")
+        if pad_to_multiple < 1:
+            raise DataError(f"data.pad_to_multiple must be positive, got {pad_to_multiple}")
+        self.pad_to_multiple = pad_to_multiple
         self.source_spec = SourceSpec(
             source, hub_config, text_column, label_column, train_split, val_split, test_split
         )
@@ -432,7 +440,7 @@ class DocDataModule(pl.LightningDataModule):
         return DataLoader(
             dataset,
             batch_sampler=batch_sampler,
-            collate_fn=collate,
+            collate_fn=functools.partial(collate, pad_to_multiple=self.pad_to_multiple),
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
             pin_memory=torch.cuda.is_available(),

@@ -39,6 +39,8 @@ class DocClassifierModule(pl.LightningModule):
         weight_decay: AdamW decoupled weight decay on weight matrices and embeddings.
         warmup_fraction: share of all steps spent warming the learning rate up from 0.
         label_smoothing: cross-entropy label smoothing.
+        compile: ``torch.compile`` the network when the trainer sets the model up (GPUs; with
+            ``data.pad_to_multiple`` to bound recompiles).
     """
 
     def __init__(
@@ -62,6 +64,7 @@ class DocClassifierModule(pl.LightningModule):
         weight_decay: float = 0.01,
         warmup_fraction: float = 0.1,
         label_smoothing: float = 0.0,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         if lr <= 0:
@@ -91,6 +94,15 @@ class DocClassifierModule(pl.LightningModule):
         self.tokenizer_json: str | None = None
         self.label_names: list[str] = []
         self.max_tokens: int | None = None
+
+    def configure_model(self) -> None:
+        # In place (nn.Module.compile): the state dict keeps its keys, so checkpoints load into
+        # an uncompiled model. In one quick measurement on a 2-core CPU a compiled training step
+        # ran at 0.9x eager after 45 s of compiling, so this is for GPUs; pair it with
+        # data.pad_to_multiple.
+        if self.hparams.compile and not getattr(self, "_compiled", False):
+            self.model.compile()
+            self._compiled = True
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> ClassifierOutput:
         return self.model(input_ids, attention_mask)

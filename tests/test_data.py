@@ -136,6 +136,11 @@ def test_collate_pads_and_masks():
     assert batch["input_ids"].tolist() == [[5, 6, 7], [8, 0, 0]]
     assert batch["attention_mask"].tolist() == [[True, True, True], [True, False, False]]
     assert batch["labels"].tolist() == [1, 0] and batch["truncated"].tolist() == [False, True]
+    # Rounded up to a multiple: fewer distinct shapes for a compiled model, all of it padding.
+    rounded = collate(rows, pad_to_multiple=4)
+    assert rounded["input_ids"].tolist() == [[5, 6, 7, 0], [8, 0, 0, 0]]
+    assert rounded["attention_mask"].sum().item() == 4
+    assert collate(rows, pad_to_multiple=3)["input_ids"].shape == (2, 3)
 
 
 def test_decode_falls_back_to_windows_1252():

@@ -175,3 +175,18 @@ def test_windowed_model_reads_a_long_document_with_banded_weights():
     assert out.layer_weights[0].shape == (2, 2, 63, 16, 48)
     assert_close(out.pool_weights.sum(-1), torch.ones(2, 2))  # the pool still sees everything
     assert torch.all(out.pool_weights[1, :, 700:] == 0)
+
+
+def test_compile_option_compiles_in_place_and_keeps_checkpoint_keys():
+    from docclass.lit_module import DocClassifierModule
+
+    plain = DocClassifierModule(vocab_size=50, num_classes=3, d_model=16, n_heads=2, pool_heads=2)
+    compiled = DocClassifierModule(
+        vocab_size=50, num_classes=3, d_model=16, n_heads=2, pool_heads=2, compile=True
+    )
+    plain.configure_model()
+    compiled.configure_model()
+    assert plain.model._compiled_call_impl is None
+    assert compiled.model._compiled_call_impl is not None
+    # Checkpoints of a compiled run load into an uncompiled model: same keys, no wrapper prefix.
+    assert compiled.state_dict().keys() == plain.state_dict().keys()
