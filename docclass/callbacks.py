@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import platform
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.loggers import CSVLogger
 
+from docclass.errors import TrainingDiverged
 from docclass.report.figures import confusion_matrix_figure, save_png, training_curves_figure
 from docclass.report.summaries import classification_scores
 
@@ -47,6 +49,60 @@ def gather_by_document(indices: torch.Tensor, *columns: torch.Tensor) -> list[np
         local = [np.concatenate(parts) for parts in zip(*gathered, strict=True)]
     _, first = np.unique(local[0], return_index=True)
     return [column[first] for column in local[1:]]
+
+
+class RandomState(pl.Callback):
+    """Saves the random generators' state with every checkpoint and restores it on resume.
+
+    Lightning checkpoints weights, optimiser, scheduler and loop counters but not the global
+    torch generator that dropout and word dropout draw from; without it a resumed run takes
+    different random decisions from the run it continues. Saved as tensors and lists, so
+    ``torch.load(weights_only=True)`` still reads the checkpoint.
+    """
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": _python_state()}
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        torch.set_rng_state(state_dict["torch"])
+        if "cuda" in state_dict and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state_dict["cuda"])
+        version, internal, gauss = state_dict["python"]
+        random.setstate((version, tuple(internal), gauss))
+
+
+def _python_state() -> list:
+    version, internal, gauss = random.getstate()
+    return [version, list(internal), gauss]
+
+
+class StopOnNonFiniteLoss(pl.Callback):
+    """Stops training at the first NaN or infinite training loss, before it reaches a checkpoint.
+
+    Checkpoints are written at epoch ends, so the last one on disk predates the fault; the
+    error names it. The command line prints the message as one line and exits 2.
+    """
+
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if loss is None or bool(torch.isfinite(loss).all()):
+            return
+        last = Path(trainer.default_root_dir) / "checkpoints" / "last.ckpt"
+        kept = f"the last good checkpoint is {last}" if last.exists() else "no checkpoint yet"
+        raise TrainingDiverged(
+            f"training loss became {float(loss)} at epoch {trainer.current_epoch}, step "
+            f"{trainer.global_step}: stopped ({kept}); lower model.lr or check the data"
+        )
 
 
 class RunReport(pl.Callback):

@@ -7,6 +7,7 @@ loads with ``torch.load(weights_only=True)``: no pickled code is ever executed.
 
 from __future__ import annotations
 
+import os
 import pickle
 import zipfile
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from tokenizers import Tokenizer
 
 from docclass.errors import CheckpointError, one_line
@@ -100,3 +102,32 @@ def load_classifier(path: str | Path) -> TrainedClassifier:
         label_names=list(artifact["label_names"]),
         max_tokens=artifact.get("max_tokens"),
     )
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Writes each checkpoint to a temporary file beside it, then renames it into place.
+
+    A process killed mid-write leaves the previous checkpoint intact. Lightning's own save goes
+    through an fsspec transaction whose temporary file lives in the system temp folder; when
+    that is another filesystem (a tmpfs ``/tmp``) the final move is a copy onto the target,
+    which a kill can cut short. ``os.replace`` within one folder is atomic on POSIX and Windows.
+    Remote URLs (``s3://`` …) keep Lightning's path.
+    """
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None
+    ) -> None:
+        if "://" in str(path):
+            super().save_checkpoint(checkpoint, path, storage_options)
+            return
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+        try:
+            with open(partial, "wb") as handle:
+                torch.save(checkpoint, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)

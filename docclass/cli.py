@@ -24,8 +24,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
-from docclass.callbacks import PredictionWriter, RunReport
-from docclass.checkpoint import TrainedClassifier, read_artifact
+from docclass.callbacks import PredictionWriter, RandomState, RunReport, StopOnNonFiniteLoss
+from docclass.checkpoint import AtomicCheckpointIO, TrainedClassifier, read_artifact
 from docclass.data import DocDataModule
 from docclass.errors import ConfigError, UserError
 from docclass.lit_module import DocClassifierModule
@@ -113,8 +113,12 @@ class DocClassCLI(LightningCLI):
                 ),
                 RunReport(run_config),
                 PredictionWriter(),
+                RandomState(),
+                StopOnNonFiniteLoss(),
             ],
         )
+        if not trainer_config.get("plugins"):
+            kwargs.setdefault("plugins", [AtomicCheckpointIO()])
         if trainer_config.get("logger") in (None, True):
             kwargs["logger"] = [
                 CSVLogger(run_dir, name="logs"),

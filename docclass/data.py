@@ -18,7 +18,7 @@ from pathlib import Path
 import datasets
 import lightning.pytorch as pl
 import torch
-from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler, SequentialSampler
+from torch.utils.data import BatchSampler, DataLoader, Sampler, SequentialSampler
 
 from docclass.checkpoint import read_artifact
 from docclass.errors import DataError
@@ -115,6 +115,32 @@ def stratified_split(
     return parts["train"], parts["test"]
 
 
+class EpochShuffleSampler(Sampler[int]):
+    """``RandomSampler``'s orders, computed from ``(seed, epoch)`` instead of carried along.
+
+    ``RandomSampler`` draws each epoch's order from a generator that advances as it goes, so a
+    run resumed at epoch k would replay epoch 0's order. This sampler replays the generator up
+    to epoch k instead, giving the very orders an uninterrupted ``RandomSampler`` run sees (two
+    permutations per epoch: ``RandomSampler`` also draws one for its empty remainder).
+    Lightning calls ``set_epoch`` each epoch.
+    """
+
+    def __init__(self, size: int, seed: int = 0) -> None:
+        self.size, self.seed, self.epoch = size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed)
+        for _ in range(2 * self.epoch):
+            torch.randperm(self.size, generator=generator)
+        return iter(torch.randperm(self.size, generator=generator).tolist())
+
+
 class BucketBatchSampler(BatchSampler):
     """Batches of similar length: pads each batch only to its own longest document.
 
@@ -150,7 +176,9 @@ class BucketBatchSampler(BatchSampler):
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
-        """Called by Lightning each epoch so the batch order changes but stays reproducible."""
+        """Change the order batches are yielded in. Lightning does not call this (it calls the
+        inner sampler's ``set_epoch``): under it the windows' contents change every epoch
+        through the sampler, and their batch order depends on the seed alone."""
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -426,7 +454,7 @@ class DocDataModule(pl.LightningDataModule):
         dataset = self.tokenized(split)
         lengths = [len(ids) for ids in dataset["input_ids"]]
         if train:
-            sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(self.seed))
+            sampler = EpochShuffleSampler(len(dataset), self.seed)
         else:
             sampler = SequentialSampler(dataset)
         batch_sampler = BucketBatchSampler(

@@ -21,3 +21,7 @@ class ConfigError(UserError):
 
 class CheckpointError(UserError):
     """A checkpoint that is missing, damaged or from an incompatible version."""
+
+
+class TrainingDiverged(UserError):
+    """The loss stopped being a finite number; the message names the last good checkpoint."""

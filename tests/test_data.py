@@ -342,3 +342,18 @@ def test_unsupported_file_type(tmp_path):
 def test_bad_fractions_refused():
     with pytest.raises(DataError, match="data.test_fraction must be between 0 and 0.5"):
         DocDataModule(test_fraction=0.7)
+
+
+def test_epoch_shuffle_sampler_replays_random_sampler_from_any_epoch():
+    """A resumed run must see the orders an uninterrupted one sees, epoch for epoch."""
+    from torch.utils.data import RandomSampler
+
+    from docclass.data import EpochShuffleSampler
+
+    uninterrupted = RandomSampler(range(37), generator=torch.Generator().manual_seed(5))
+    orders = [list(uninterrupted) for _ in range(4)]
+    assert orders[0] != orders[1]
+    for epoch, order in enumerate(orders):
+        resumed = EpochShuffleSampler(37, seed=5)  # a fresh process, as after a restart
+        resumed.set_epoch(epoch)
+        assert list(resumed) == order
