@@ -20,6 +20,7 @@ import warnings
 from pathlib import Path
 
 import datasets
+from jsonargparse import ArgumentError
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
@@ -30,6 +31,8 @@ from docclass.data import DocDataModule
 from docclass.errors import ConfigError, UserError
 from docclass.lit_module import DocClassifierModule
 from docclass.reporting import documents_from_datamodule, make_report, report_command
+
+LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
 # Named checkpoints Lightning resolves itself; anything else given as ckpt_path is a file.
 LIGHTNING_CKPT_ALIASES = {"last", "best", "hpc", "registry"}
@@ -291,10 +294,23 @@ def main(args: list[str] | None = None) -> None:
             DocDataModule,
             seed_everything_default=0,
             save_config_kwargs={"overwrite": True},
+            # Parse errors come back as exceptions, so they can be said in one line below
+            # instead of the full usage text followed by a two-line message.
+            parser_kwargs={
+                "exit_on_error": False,
+                **{name: {"exit_on_error": False} for name in LIGHTNING_SUBCOMMANDS},
+            },
             args=args,
         )
     except UserError as error:
         print(f"docclass: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    except ArgumentError as error:
+        message = " ".join(str(error).split())
+        command = (
+            f"docclass {argv[0]}" if argv[:1] and argv[0] in LIGHTNING_SUBCOMMANDS else "docclass"
+        )
+        print(f"docclass: error: {message} (see '{command} --help')", file=sys.stderr)
         sys.exit(2)
 
 

@@ -204,11 +204,23 @@ def test_checkpoint_with_pickled_code_is_refused_before_anything_runs(capsys, tm
     assert not marker.exists()
 
 
-def test_unknown_key_is_refused(capsys):
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["--model.d_modle", "64"], "d_modle"),  # unknown key
+        (["--model.d_model", "abc"], "model.d_model"),  # wrong type
+        (["--data.batch_size", "[1]"], "data.batch_size"),
+        (["--trainer.max_epochs", "many"], "trainer.max_epochs"),
+        (["--model.dropout", "-0.5"], "dropout"),  # impossible value
+        (["--model.d_model", "30", "--model.n_heads", "4"], "d_model (30)"),
+    ],
+)
+def test_config_faults_are_one_line_naming_the_key(capsys, tmp_path, args, names):
     with pytest.raises(SystemExit) as exit_info:
-        run_cli("fit", "--config", TINY, "--model.d_modle", "64")
+        run_cli("fit", "--config", TINY, "--trainer.default_root_dir", str(tmp_path), *args)
     assert exit_info.value.code == 2
-    assert "d_modle" in capsys.readouterr().err
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith("docclass: error:") and names in error[0]
 
 
 def instantiate(config: str, *overrides: str) -> DocClassCLI:
