@@ -91,6 +91,12 @@ def check_rows(rows: list[dict]) -> None:
         assert ("truncated" in outcome) == (str(row.get("truncated")) in ("True", "true"))
 
 
+@pytest.mark.fault(
+    "classify: empty or whitespace-only document, non-UTF-8 file, binary file, "
+    "document longer than the model reads, table row without its text column",
+    "one output row each, in input order: `error` (empty, binary, missing column), "
+    "`warning` (bad bytes replaced), `truncated: true`; the run goes on",
+)
 def test_every_input_kind_and_bad_input_gets_one_row_in_order(monkeypatch, capsys, ckpt, inputs):
     out, err = run_classify(monkeypatch, capsys, ckpt, [*arguments(inputs), "--top-words", "2"])
     rows = [json.loads(line) for line in out.splitlines()]
@@ -114,6 +120,10 @@ def test_csv_output_parses_with_a_column_per_class(monkeypatch, capsys, ckpt, in
     check_rows(rows)
 
 
+@pytest.mark.fault(
+    "classify `--strict` with a bad document among good ones",
+    "every row written, then exit status 1",
+)
 def test_strict_exits_nonzero_when_any_document_failed(monkeypatch, capsys, ckpt, inputs):
     with pytest.raises(SystemExit) as exit_info:
         run_classify(monkeypatch, capsys, ckpt, ["--strict", str(inputs / "empty.txt")])
@@ -121,6 +131,10 @@ def test_strict_exits_nonzero_when_any_document_failed(monkeypatch, capsys, ckpt
     run_classify(monkeypatch, capsys, ckpt, ["--strict", str(inputs / "folder")])  # no error
 
 
+@pytest.mark.fault(
+    "classify: a file that cannot be read",
+    "an `error` row naming the cause; the run goes on",
+)
 def test_unreadable_file_gets_an_error_row(monkeypatch, inputs):
     # Tests run as root, for whom permissions never fail: the OS error is simulated here.
     original = Path.read_bytes
@@ -174,6 +188,10 @@ def test_word_attention_matches_the_reports_pool_attention(ckpt):
     assert results[1]["truncated"] and len(results[1]["words"]) < len(LONG.split())
 
 
+@pytest.mark.fault(
+    "classify / Python API: missing, truncated, corrupted or foreign checkpoint",
+    "one line (`docclass: error: …`), exit status 2",
+)
 def test_bad_checkpoints_are_one_line(capsys, tmp_path, ckpt):
     broken = tmp_path / "broken.ckpt"
     broken.write_bytes(ckpt.read_bytes()[:1000])

@@ -122,6 +122,10 @@ def test_impossible_model_setting_is_one_line(capsys, tmp_path):
     assert line.startswith("docclass: error: model config:") and "d_model (33)" in line
 
 
+@pytest.mark.fault(
+    "config: learned positions shorter than `data.max_tokens`",
+    "refused at start-up in one line, not minutes into training",
+)
 def test_learned_positions_shorter_than_documents_refused_at_start(capsys, tmp_path):
     line = one_line_failure(
         capsys, "fit", "--config", TINY, "--model.positions", "learned",
@@ -140,6 +144,10 @@ def test_whole_documents_without_truncation(tmp_path):
     assert metrics["data"]["test_truncated"] == 0 and metrics["test"]["n_documents"] == 213
 
 
+@pytest.mark.fault(
+    "fit: data file that does not exist",
+    "one line naming the file, exit 2",
+)
 def test_missing_data_file_is_one_line(capsys, tmp_path):
     line = one_line_failure(
         capsys,
@@ -154,6 +162,10 @@ def test_missing_data_file_is_one_line(capsys, tmp_path):
     assert "x.csv: no such file" in line
 
 
+@pytest.mark.fault(
+    "test/predict: `--ckpt_path` that does not exist",
+    "one line naming the file, exit 2",
+)
 def test_missing_checkpoint_is_one_line(capsys, tmp_path):
     line = one_line_failure(
         capsys,
@@ -168,6 +180,10 @@ def test_missing_checkpoint_is_one_line(capsys, tmp_path):
     assert "gone.ckpt: checkpoint not found" in line
 
 
+@pytest.mark.fault(
+    "test: truncated checkpoint file",
+    "one line, exit 2, before any work",
+)
 def test_truncated_checkpoint_is_one_line(capsys, fitted, tmp_path):
     broken = tmp_path / "broken.ckpt"
     broken.write_bytes((fitted / "checkpoints" / "last.ckpt").read_bytes()[:5000])
@@ -192,6 +208,10 @@ class _RunsCodeWhenUnpickled:
         return (open, (self.marker, "w"))
 
 
+@pytest.mark.fault(
+    "a checkpoint that carries pickled code",
+    "refused in one line; the code never runs (`weights_only=True`)",
+)
 def test_checkpoint_with_pickled_code_is_refused_before_anything_runs(capsys, tmp_path):
     marker = tmp_path / "code-ran"
     evil = tmp_path / "evil.ckpt"
@@ -214,6 +234,11 @@ def test_checkpoint_with_pickled_code_is_refused_before_anything_runs(capsys, tm
         (["--model.dropout", "-0.5"], "dropout"),  # impossible value
         (["--model.d_model", "30", "--model.n_heads", "4"], "d_model (30)"),
     ],
+)
+@pytest.mark.fault(
+    "config: unknown key, wrong type, negative dropout, `d_model` not divisible by `n_heads`",
+    "one line naming the key, exit 2: unknown keys and types before anything runs, impossible "
+    "values when the model is built, before training",
 )
 def test_config_faults_are_one_line_naming_the_key(capsys, tmp_path, args, names):
     with pytest.raises(SystemExit) as exit_info:
@@ -279,6 +304,10 @@ def test_report_help_and_its_one_line_errors(capsys, tmp_path):
     assert line.startswith("docclass: error:") and "none.ckpt: checkpoint not found" in line
 
 
+@pytest.mark.fault(
+    "two CPU runs with the same seed",
+    "identical metrics",
+)
 def test_same_seed_same_result_on_cpu(fitted, tmp_path):
     run_cli(
         "fit", "--config", TINY, "--trainer.default_root_dir", str(tmp_path),

@@ -143,6 +143,10 @@ def test_collate_pads_and_masks():
     assert collate(rows, pad_to_multiple=3)["input_ids"].shape == (2, 3)
 
 
+@pytest.mark.fault(
+    "corpus file that is not valid UTF-8",
+    "decoded as Windows-1252 and counted in `metrics.json`",
+)
 def test_decode_falls_back_to_windows_1252():
     assert decode_text("£5 café".encode()) == ("£5 café", False)
     assert decode_text(b"\xa35 caf\xe9") == ("£5 café", True)
@@ -280,11 +284,19 @@ def one_line_error(**settings) -> str:
     return message
 
 
+@pytest.mark.fault(
+    "data source file that does not exist",
+    "one line naming it",
+)
 def test_missing_file(tmp_path):
     message = one_line_error(source=str(tmp_path / "nope.csv"))
     assert "nope.csv: no such file" in message
 
 
+@pytest.mark.fault(
+    "table without the configured text / label column",
+    "one line naming the columns it has",
+)
 def test_missing_column(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_text(json.dumps({"body": "x", "label": 1}) + "\n")
@@ -324,6 +336,10 @@ def test_empty_dataset(tmp_path):
         ("empty.csv", b"", "No columns to parse"),
         ("broken.jsonl", b'{"text": "a", "label": 1}\n{broken\n', "could not be read"),
     ],
+)
+@pytest.mark.fault(
+    "empty, malformed or unreadable data files",
+    "one line naming the file and the cause",
 )
 def test_unreadable_files_name_the_cause(tmp_path, name, content, expected):
     path = tmp_path / name

@@ -24,6 +24,11 @@ def fit_command(run_dir, *extra):
     ]  # fmt: skip
 
 
+@pytest.mark.fault(
+    "training killed with SIGKILL mid-run",
+    "resumes with `--ckpt_path …/last.ckpt`; same steps, weights and test metrics as "
+    "an uninterrupted run",
+)
 def test_killed_run_resumes_and_matches_an_uninterrupted_run(tmp_path):
     whole = tmp_path / "whole"
     done = subprocess.run(fit_command(whole), cwd=REPO, env=ENV, capture_output=True, text=True)
@@ -74,6 +79,10 @@ class PoisonWeights(Callback):
                 pl_module.model.head.weight[0, 0] = float("nan")
 
 
+@pytest.mark.fault(
+    "NaN training loss (a weight poisoned on cue)",
+    "stops at once, one line naming the last good checkpoint, which predates the fault",
+)
 def test_nan_loss_stops_with_one_line_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
     from docclass.cli import main
 
@@ -94,6 +103,10 @@ def test_nan_loss_stops_with_one_line_and_keeps_the_last_good_checkpoint(tmp_pat
     assert not (tmp_path / "metrics.json").exists()  # no test of a broken model
 
 
+@pytest.mark.fault(
+    "kill during a checkpoint write",
+    "the previous checkpoint stays whole; no partial file left",
+)
 def test_checkpoint_write_killed_midway_leaves_the_previous_one_whole(tmp_path, monkeypatch):
     from docclass.checkpoint import AtomicCheckpointIO
 

@@ -168,6 +168,11 @@ BAD_BODIES = [
 ]
 
 
+@pytest.mark.fault(
+    "server: malformed JSON, wrong types, unknown field, no texts, more than 256 "
+    "texts, negative `top_words`",
+    "422 with a one-line `error` naming the fix; the server keeps serving",
+)
 @pytest.mark.parametrize(("body", "message"), BAD_BODIES, ids=[m for _, m in BAD_BODIES])
 def test_bad_bodies_get_422_with_a_one_line_message(server, body, message):
     status, answer = request(server, "POST", "/predict", body, {"content-type": "application/json"})
@@ -177,12 +182,20 @@ def test_bad_bodies_get_422_with_a_one_line_message(server, body, message):
     assert '{"texts": ["document", ...]}' in answer["error"]  # the fix, not only the fault
 
 
+@pytest.mark.fault(
+    "server: body without `content-type: application/json`",
+    "422 saying which header to send",
+)
 def test_body_without_json_content_type_is_explained(server):
     status, answer = request(server, "POST", "/predict", b'{"texts": ["a"]}', {})
     assert status == 422
     assert "content-type: application/json" in answer["error"]
 
 
+@pytest.mark.fault(
+    "server: body over `--max-body-mb`",
+    "413; the next request gets 200",
+)
 def test_oversized_body_gets_413_and_the_server_keeps_serving(server):
     text = "word " * int(MAX_BODY_MB * 1024 * 1024 / 5 + 1000)
     status, answer = post_json(server, {"texts": [text]})
@@ -208,6 +221,10 @@ def _other_addresses() -> set[str]:
     return addresses - {"127.0.0.1"}
 
 
+@pytest.mark.fault(
+    "server: connection from another address of the machine",
+    "refused: it listens on 127.0.0.1 only",
+)
 def test_server_listens_on_loopback_only(server):
     assert serve_parser().parse_args(["--ckpt", "x"]).host == "127.0.0.1"
     for address in _other_addresses():
@@ -218,6 +235,10 @@ def test_server_listens_on_loopback_only(server):
         pass
 
 
+@pytest.mark.fault(
+    "serve: missing checkpoint",
+    "one line before any process starts",
+)
 def test_missing_checkpoint_is_one_line_before_anything_starts(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["serve", "--ckpt", str(tmp_path / "nope.ckpt"), "--port", "8123"])
@@ -227,6 +248,10 @@ def test_missing_checkpoint_is_one_line_before_anything_starts(tmp_path, capsys)
     assert "\n" not in error
 
 
+@pytest.mark.fault(
+    "serve: port already in use",
+    "one line naming host:port and `--port`",
+)
 def test_busy_port_is_one_line(ckpt, capsys):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -248,6 +273,10 @@ def test_busy_port_is_one_line(ckpt, capsys):
         ["--batch-timeout", "90", "--timeout", "60"],
         ["--device", "tpu"],
     ],
+)
+@pytest.mark.fault(
+    "serve: port below 1024, zero batch size, batch wait longer than the timeout, unknown device",
+    "one line, exit 2",
 )
 def test_bad_options_are_one_line(ckpt, capsys, args):
     with pytest.raises(SystemExit) as exit_info:
