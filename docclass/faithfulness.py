@@ -1,0 +1,143 @@
+"""How far to trust a word ranking: ERASER's comprehensiveness and sufficiency, and a corpus
+whose right answer is known.
+
+Removing a word means dropping its tokens from the attention mask (the model then never sees
+it; the pool and every block skip it exactly), or, with ``removal="unk"``, replacing its
+tokens with the unknown token. AOPC averages the probability drop over the fractions of words
+removed (DeYoung et al. 2020, "ERASER").
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+FRACTIONS = (0.01, 0.05, 0.10, 0.20, 0.50)
+SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
+
+
+def top_k(n_words: int, fraction: float) -> int:
+    """How many words a fraction of a document is: at least one, at most all."""
+    return min(n_words, max(1, math.ceil(fraction * n_words)))
+
+
+def removal_curves(
+    probability: Callable[[list[np.ndarray]], np.ndarray],
+    n_words: int,
+    ranking: Sequence[int],
+    fractions: Sequence[float] = FRACTIONS,
+) -> dict[str, list[float]]:
+    """Comprehensiveness and sufficiency of one ranking of one document, per fraction.
+
+    Args:
+        probability: word-keep masks (bool ``[n_words]`` each) → the predicted class's
+            probability for each, in one batch. An all-True mask is the whole document.
+        n_words: words the model read.
+        ranking: word indices, most important first.
+        fractions: fractions of the words to remove (or keep).
+
+    Returns:
+        ``{"comprehensiveness": [p(x) - p(x without top k)], "sufficiency": [p(x) - p(top k
+        only)]}``, one value per fraction.
+    """
+    masks = [np.ones(n_words, dtype=bool)]
+    for fraction in fractions:
+        top = np.asarray(ranking[: top_k(n_words, fraction)], dtype=np.int64)
+        without = np.ones(n_words, dtype=bool)
+        without[top] = False
+        masks += [without, ~without]
+    probs = probability(masks)
+    full = float(probs[0])
+    return {
+        "comprehensiveness": [full - float(p) for p in probs[1::2]],
+        "sufficiency": [full - float(p) for p in probs[2::2]],
+    }
+
+
+def aopc(values: Sequence[float]) -> float:
+    """Area over the perturbation curve: the mean drop over the fractions tried."""
+    return float(np.mean(values))
+
+
+def planted_keyword_corpus(
+    n_per_class: int = 200,
+    keywords: Sequence[str] = ("zorblax", "quintessa", "vermilox"),
+    words_per_document: tuple[int, int] = (20, 40),
+    seed: int = 0,
+) -> list[dict]:
+    """Documents of random filler words in which exactly one planted keyword decides the label.
+
+    Returns rows ``{"text", "label", "keyword_position"}`` (label = the keyword's class name),
+    shuffled. Filler words are made of syllables that never form a keyword.
+    """
+    rng = random.Random(seed)
+    filler = sorted({"".join(rng.choices(SYLLABLES, k=rng.randint(1, 3))) for _ in range(800)})
+    filler = [word for word in filler if word not in keywords]
+    rows = []
+    for label, keyword in enumerate(keywords):
+        for _ in range(n_per_class):
+            words = rng.choices(filler, k=rng.randint(*words_per_document))
+            position = rng.randrange(len(words) + 1)
+            words.insert(position, keyword)
+            rows.append(
+                {"text": " ".join(words), "label": keywords[label], "keyword_position": position}
+            )
+    rng.shuffle(rows)
+    return rows
+
+
+def planted_keyword_hits(
+    workdir: str,
+    block_counts: Sequence[int] = (0, 1),
+    n_per_class: int = 200,
+    held_out_per_class: int = 30,
+    epochs: int = 6,
+) -> dict:
+    """Train the tiny config on the planted-keyword corpus (seconds) with each number of
+    self-attention blocks, and count how often each method ranks the keyword first on
+    held-out documents."""
+    import json
+    from pathlib import Path
+
+    from docclass.checkpoint import load_classifier
+    from docclass.cli import main
+    from docclass.explain import explain_documents
+
+    root = Path(workdir)
+    root.mkdir(parents=True, exist_ok=True)
+    corpus = root / "planted.jsonl"
+    with corpus.open("w", encoding="utf-8") as handle:
+        for row in planted_keyword_corpus(n_per_class):
+            handle.write(json.dumps({"text": row["text"], "label": row["label"]}) + "\n")
+    held_out = planted_keyword_corpus(held_out_per_class, seed=1)
+    results = {}
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    for blocks in block_counts:
+        run_dir = root / f"blocks-{blocks}"
+        main([
+            "fit", "--config", str(configs / "tiny.yaml"), "--data.source", str(corpus),
+            "--data.max_docs_per_class", "null", "--trainer.max_epochs", str(epochs),
+            # The tiny config's 64 tokens would cut some keywords off: read whole documents.
+            "--data.max_tokens", "256",
+            "--trainer.callbacks=[]", "--report_after_fit", "false",
+            "--model.n_layers", str(blocks), "--trainer.default_root_dir", str(run_dir),
+        ])  # fmt: skip
+        accuracy = json.loads((run_dir / "metrics.json").read_text())["test"]["accuracy"]
+        classifier = load_classifier(run_dir / "checkpoints" / "last.ckpt")
+        records = explain_documents(classifier, [row["text"] for row in held_out])
+        hits = {
+            method: float(
+                np.mean(
+                    [
+                        int(np.argmax(record["scores"][method])) == row["keyword_position"]
+                        for record, row in zip(records, held_out, strict=True)
+                    ]
+                )
+            )
+            for method in records[0]["scores"]
+        }
+        results[f"{blocks} blocks"] = {"test_accuracy": accuracy, "keyword_ranked_first": hits}
+    return {"held_out_documents": len(held_out), "epochs": epochs, "runs": results}

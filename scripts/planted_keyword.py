@@ -1,0 +1,33 @@
+"""Which word-score methods find a planted deciding keyword: `make planted-keyword`.
+
+Each document is random filler plus one keyword that alone decides its label; a faithful
+ranking puts that keyword first.
+"""
+
+import argparse
+import json
+import logging
+import tempfile
+from pathlib import Path
+
+import datasets
+
+from docclass.faithfulness import planted_keyword_hits
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", default="reports/planted-keyword.json")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    datasets.disable_progress_bars()
+    with tempfile.TemporaryDirectory() as workdir:
+        figures = planted_keyword_hits(workdir)
+    Path(args.out).write_text(json.dumps(figures, indent=2) + "\n")
+    for name, run in figures["runs"].items():
+        hits = ", ".join(f"{m} {v:.0%}" for m, v in run["keyword_ranked_first"].items())
+        print(f"{name} (test acc {run['test_accuracy']:.3f}): keyword ranked first — {hits}")
+
+
+if __name__ == "__main__":
+    main()

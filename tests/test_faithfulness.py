@@ -1,0 +1,59 @@
+"""Faithfulness measures against hand-computed values, and the planted-keyword corpus."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from docclass.faithfulness import (
+    aopc,
+    planted_keyword_corpus,
+    planted_keyword_hits,
+    removal_curves,
+    top_k,
+)
+
+
+def test_removal_curves_match_a_hand_computed_example():
+    # A "model" whose probability is 0.1 plus 0.4 for word 3 and 0.2 for word 1 when present.
+    def probability(masks):
+        return np.array([0.1 + 0.4 * m[3] + 0.2 * m[1] for m in masks])
+
+    ranking = [3, 1, 0, 2, 4, 5, 6, 7, 8, 9]  # 10 words, the right ones first
+    curves = removal_curves(probability, 10, ranking, fractions=(0.1, 0.2, 0.5))
+    # full 0.7; without top 1 (word 3): 0.3; without top 2: 0.1; without top 5: 0.1
+    assert curves["comprehensiveness"] == pytest.approx([0.4, 0.6, 0.6])
+    # only top 1: 0.5; only top 2: 0.7; only top 5: 0.7
+    assert curves["sufficiency"] == pytest.approx([0.2, 0.0, 0.0])
+    assert aopc(curves["comprehensiveness"]) == pytest.approx(1.6 / 3)
+    worst = removal_curves(probability, 10, ranking[::-1], fractions=(0.1, 0.2, 0.5))
+    assert aopc(worst["comprehensiveness"]) < aopc(curves["comprehensiveness"])
+
+
+def test_top_k_is_at_least_one_word_and_at_most_all():
+    assert [top_k(10, f) for f in (0.01, 0.05, 0.1, 0.2, 0.5, 1.0)] == [1, 1, 1, 2, 5, 10]
+    assert top_k(3, 0.5) == 2 and top_k(1, 0.01) == 1
+
+
+def test_planted_corpus_has_one_deciding_keyword_per_document():
+    keywords = ("zorblax", "quintessa", "vermilox")
+    rows = planted_keyword_corpus(50, keywords, seed=3)
+    assert Counter(row["label"] for row in rows) == {k: 50 for k in keywords}
+    for row in rows:
+        words = row["text"].split()
+        assert [w for w in words if w in keywords] == [row["label"]]
+        assert words[row["keyword_position"]] == row["label"]
+    assert planted_keyword_corpus(50, keywords, seed=3) == rows  # reproducible
+
+
+@pytest.mark.fault(
+    "a corpus where one planted keyword decides every label (ground truth for word scores)",
+    "with no self-attention block, pool attention, contribution, rollout and gradient × "
+    "input all rank the keyword first in ≥ 95 % of held-out documents",
+)
+def test_word_scores_find_the_planted_keyword(tmp_path):
+    figures = planted_keyword_hits(str(tmp_path), block_counts=(0,), epochs=6)
+    run = figures["runs"]["0 blocks"]
+    assert run["test_accuracy"] >= 0.95
+    for method in ("attention", "contribution", "rollout", "grad_input"):
+        assert run["keyword_ranked_first"][method] >= 0.95, method
