@@ -12,7 +12,7 @@ PIP_FLAGS := $(if $(WHEELS),--find-links $(WHEELS),)
 CHROMIUM := $(shell command -v chromium 2>/dev/null)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: demo test test-full lint format seeds report-speed classify-memory serve-load batching-speed bench long-documents planted-keyword browser clean
+.PHONY: demo test test-full lint format seeds report-speed classify-memory serve-load batching-speed bench long-documents planted-keyword faithfulness browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,10 @@ classify-memory: $(STAMP)  ## peak memory of `docclass classify` as the corpus g
 bench: $(STAMP)  ## docclass vs nn.TransformerEncoder, inference, anchors (after `make demo`; ~6 min)
 	$(BIN)/python -m pip install --quiet $(PIP_FLAGS) -e ".[bench]"
 	$(BIN)/python scripts/bench.py --ckpt reports/bbc/checkpoints/last.ckpt --out reports/bench
+
+faithfulness: $(STAMP)  ## ERASER AOPC of every word-score method on the BBC test split (after `make demo`; ~4 min)
+	$(BIN)/python scripts/faithfulness.py --ckpt reports/bbc/checkpoints/last.ckpt \
+		--data configs/bbc.yaml --out reports/faithfulness-bbc.json
 
 planted-keyword: $(STAMP)  ## do the word scores find a planted deciding keyword? (~30 s)
 	$(BIN)/python scripts/planted_keyword.py --out reports/planted-keyword.json

@@ -43,12 +43,7 @@ def removal_curves(
         ``{"comprehensiveness": [p(x) - p(x without top k)], "sufficiency": [p(x) - p(top k
         only)]}``, one value per fraction.
     """
-    masks = [np.ones(n_words, dtype=bool)]
-    for fraction in fractions:
-        top = np.asarray(ranking[: top_k(n_words, fraction)], dtype=np.int64)
-        without = np.ones(n_words, dtype=bool)
-        without[top] = False
-        masks += [without, ~without]
+    masks = [np.ones(n_words, dtype=bool), *_curve_masks(n_words, ranking, fractions)]
     probs = probability(masks)
     full = float(probs[0])
     return {
@@ -141,3 +136,107 @@ def planted_keyword_hits(
         }
         results[f"{blocks} blocks"] = {"test_accuracy": accuracy, "keyword_ranked_first": hits}
     return {"held_out_documents": len(held_out), "epochs": epochs, "runs": results}
+
+
+def _curve_masks(n_words: int, ranking: Sequence[int], fractions: Sequence[float]) -> list:
+    """Word-keep masks: per fraction, the document without its top words, then only them."""
+    masks = []
+    for fraction in fractions:
+        top = np.asarray(ranking[: top_k(n_words, fraction)], dtype=np.int64)
+        without = np.ones(n_words, dtype=bool)
+        without[top] = False
+        masks += [without, ~without]
+    return masks
+
+
+def document_curves(
+    classifier,
+    text: str,
+    record: dict,
+    rankings: dict[str, Sequence[int]],
+    removal: str = "mask",
+    fractions: Sequence[float] = FRACTIONS,
+    batch_size: int = 64,
+    device: str = "cpu",
+) -> dict[str, dict[str, list[float]]]:
+    """Removal curves of several rankings of one document, every perturbed copy batched.
+
+    ``removal="mask"`` drops a removed word's tokens from the attention mask; ``"unk"``
+    replaces them with the unknown token (the two can differ: the model has seen neither
+    empty positions nor many [UNK]s in training).
+    """
+    import torch
+
+    from docclass.tokenizer import UNK_ID, align_words, encode_batch
+
+    if removal not in ("mask", "unk"):
+        raise ValueError(f"removal must be 'mask' or 'unk', got {removal!r}")
+    encoding = encode_batch(classifier.tokenizer, [text])[0]
+    n_read = record["tokens_read"]
+    ids = torch.tensor(encoding.ids[:n_read], dtype=torch.long)
+    token_words = np.asarray(align_words(encoding).token_words[:n_read], dtype=np.int64)
+    n_words = record["words_read"]
+    predicted = classifier.label_names.index(record["predicted"])
+    masks = [np.ones(n_words, dtype=bool)]
+    for ranking in rankings.values():
+        masks += _curve_masks(n_words, ranking, fractions)
+    model = classifier.model.to(device).eval()
+    probs = []
+    with torch.inference_mode():
+        for start in range(0, len(masks), batch_size):
+            chunk = masks[start : start + batch_size]
+            keep = torch.from_numpy(np.stack([mask[token_words] for mask in chunk]))
+            input_ids = ids.expand(len(keep), -1).clone()
+            attention = torch.ones_like(keep)
+            if removal == "mask":
+                attention = keep
+            else:
+                input_ids[~keep] = UNK_ID
+            logits = model(input_ids.to(device), attention.to(device)).logits.float()
+            probs.append(torch.softmax(logits, dim=-1)[:, predicted].cpu().numpy())
+    flat = np.concatenate(probs)
+    full, rest = float(flat[0]), flat[1:]
+    curves, per = {}, 2 * len(fractions)
+    for index, name in enumerate(rankings):
+        part = rest[index * per : (index + 1) * per]
+        curves[name] = {
+            "comprehensiveness": [full - float(p) for p in part[0::2]],
+            "sufficiency": [full - float(p) for p in part[1::2]],
+        }
+    return curves
+
+
+def faithfulness_table(
+    classifier,
+    texts: Sequence[str],
+    records: Sequence[dict],
+    removal: str = "mask",
+    random_seeds: int = 5,
+    fractions: Sequence[float] = FRACTIONS,
+    device: str = "cpu",
+) -> dict[str, dict[str, float]]:
+    """Mean AOPC comprehensiveness and sufficiency per method over documents, with a random
+    ranking averaged over ``random_seeds`` seeds as the floor to beat."""
+    totals: dict[str, dict[str, list[float]]] = {}
+    for text, record in zip(texts, records, strict=True):
+        if record.get("error") or record["words_read"] < 2:
+            continue
+        n_words = record["words_read"]
+        rankings = {
+            method: np.argsort(-np.asarray(values[:n_words]), kind="stable").tolist()
+            for method, values in record["scores"].items()
+        }
+        for seed in range(random_seeds):
+            rankings[f"random {seed}"] = np.random.default_rng(seed).permutation(n_words).tolist()
+        curves = document_curves(
+            classifier, text, record, rankings, removal, fractions, device=device
+        )
+        for name, curve in curves.items():
+            key = "random" if name.startswith("random ") else name
+            entry = totals.setdefault(key, {"comprehensiveness": [], "sufficiency": []})
+            entry["comprehensiveness"].append(aopc(curve["comprehensiveness"]))
+            entry["sufficiency"].append(aopc(curve["sufficiency"]))
+    return {
+        name: {measure: float(np.mean(values)) for measure, values in entry.items()}
+        for name, entry in totals.items()
+    }
