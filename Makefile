@@ -61,8 +61,8 @@ bench: $(STAMP)  ## docclass vs nn.TransformerEncoder, inference, anchors (after
 	$(BIN)/python scripts/bench.py --ckpt reports/bbc/checkpoints/last.ckpt --out reports/bench
 
 faithfulness: $(STAMP)  ## ERASER AOPC of every word-score method on the BBC test split (after `make demo`; ~4 min)
-	$(BIN)/python scripts/faithfulness.py --ckpt reports/bbc/checkpoints/last.ckpt \
-		--data configs/bbc.yaml --out reports/faithfulness-bbc.json
+	$(BIN)/docclass faithfulness --ckpt reports/bbc/checkpoints/last.ckpt \
+		--data configs/bbc.yaml --out reports/faithfulness-bbc
 
 planted-keyword: $(STAMP)  ## do the word scores find a planted deciding keyword? (~30 s)
 	$(BIN)/python scripts/planted_keyword.py --out reports/planted-keyword.json

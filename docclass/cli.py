@@ -265,6 +265,50 @@ def _report_main(args: list[str]) -> None:
     )
 
 
+def faithfulness_parser() -> argparse.ArgumentParser:
+    """Arguments of ``docclass faithfulness``."""
+    parser = argparse.ArgumentParser(
+        prog="docclass faithfulness",
+        description="ERASER comprehensiveness and sufficiency (AOPC over 1-50%% of the words) of "
+        "every word-score method beside a random ranking; writes faithfulness.json and .png.",
+    )
+    parser.add_argument("--ckpt", required=True, help="checkpoint written by 'docclass fit'")
+    parser.add_argument("--data", required=True, help="a YAML config (its split) or a source")
+    parser.add_argument("--out", required=True, help="folder for faithfulness.json and .png")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N documents")
+    parser.add_argument(
+        "--removal",
+        nargs="+",
+        default=["mask", "unk"],
+        choices=["mask", "unk"],
+        help="remove words by masking their tokens out, by replacing them with [UNK], or both",
+    )
+    parser.add_argument("--device", default="cpu")
+    return parser
+
+
+def _faithfulness_main(args: list[str]) -> None:
+    from docclass.faithfulness import faithfulness_command
+
+    options = faithfulness_parser().parse_args(args)
+    figures = faithfulness_command(
+        options.ckpt, options.data, options.out, options.split, options.limit,
+        options.removal, options.device,
+    )  # fmt: skip
+    for removal, result in figures["removal"].items():
+        print(f"removal by {removal} ({result['seconds']} s, {figures['documents']} documents):")
+        table = result["aopc"]
+        floor = max(table["random"]["comprehensiveness"], 1e-9)
+        for name, row in sorted(table.items(), key=lambda kv: -kv[1]["comprehensiveness"]):
+            print(
+                f"  {name:16s} comprehensiveness {row['comprehensiveness']:.3f} "
+                f"({row['comprehensiveness'] / floor:.1f}× random)  "
+                f"sufficiency {row['sufficiency']:.3f}"
+            )
+    print(f"→ {options.out}/faithfulness.json, {options.out}/faithfulness.png")
+
+
 def main(args: list[str] | None = None) -> None:
     """Entry point of the ``docclass`` console script."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -279,6 +323,9 @@ def main(args: list[str] | None = None) -> None:
         if argv[:1] == ["classify"]:
             _classify_main(argv[1:])
             return
+        if argv[:1] == ["faithfulness"]:
+            _faithfulness_main(argv[1:])
+            return
         if argv[:1] == ["serve"]:
             from docclass.serve import serve_main
 
@@ -288,7 +335,8 @@ def main(args: list[str] | None = None) -> None:
             # LightningCLI lists only its own subcommands; name ours before its help exits.
             print("docclass report: explain documents and write the HTML report (see --help)")
             print("docclass classify: classify documents in bulk (see --help)")
-            print("docclass serve: classify over HTTP on 127.0.0.1 (see --help)\n")
+            print("docclass serve: classify over HTTP on 127.0.0.1 (see --help)")
+            print("docclass faithfulness: how faithful each word-score method is (see --help)\n")
         DocClassCLI(
             DocClassifierModule,
             DocDataModule,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -214,10 +215,11 @@ def faithfulness_table(
     random_seeds: int = 5,
     fractions: Sequence[float] = FRACTIONS,
     device: str = "cpu",
-) -> dict[str, dict[str, float]]:
-    """Mean AOPC comprehensiveness and sufficiency per method over documents, with a random
-    ranking averaged over ``random_seeds`` seeds as the floor to beat."""
-    totals: dict[str, dict[str, list[float]]] = {}
+) -> dict[str, dict[str, Any]]:
+    """Per method, over documents: mean AOPC comprehensiveness and sufficiency, and the mean
+    comprehensiveness at each fraction (``curve``); a random ranking averaged over
+    ``random_seeds`` seeds is the floor to beat."""
+    totals: dict[str, dict[str, list]] = {}
     for text, record in zip(texts, records, strict=True):
         if record.get("error") or record["words_read"] < 2:
             continue
@@ -233,10 +235,87 @@ def faithfulness_table(
         )
         for name, curve in curves.items():
             key = "random" if name.startswith("random ") else name
-            entry = totals.setdefault(key, {"comprehensiveness": [], "sufficiency": []})
+            entry = totals.setdefault(
+                key, {"comprehensiveness": [], "sufficiency": [], "curve": []}
+            )
             entry["comprehensiveness"].append(aopc(curve["comprehensiveness"]))
             entry["sufficiency"].append(aopc(curve["sufficiency"]))
+            entry["curve"].append(curve["comprehensiveness"])
     return {
-        name: {measure: float(np.mean(values)) for measure, values in entry.items()}
+        name: {
+            "comprehensiveness": float(np.mean(entry["comprehensiveness"])),
+            "sufficiency": float(np.mean(entry["sufficiency"])),
+            "curve": np.mean(entry["curve"], axis=0).round(5).tolist(),
+        }
         for name, entry in totals.items()
     }
+
+
+def curves_figure(tables: dict[str, dict], fractions: Sequence[float]):
+    """Fraction of words removed vs. drop in the predicted class's probability, one curve per
+    method (heads left out for legibility), one panel per removal mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(tables), figsize=(5.5 * len(tables), 4), squeeze=False)
+    for axis, (removal, table) in zip(axes[0], tables.items(), strict=True):
+        for name, row in table.items():
+            if name.startswith("attention_head"):
+                continue
+            style = {"color": "grey", "linestyle": "--"} if name == "random" else {}
+            axis.plot([100 * f for f in fractions], row["curve"], marker="o", label=name, **style)
+        axis.set_title(f"words removed by {'masking' if removal == 'mask' else '[UNK]'}")
+        axis.set_xlabel("% of the document's words removed, most important first")
+        axis.set_ylabel("drop in p(predicted class)")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
+def faithfulness_command(
+    ckpt: str,
+    data: str,
+    out: str,
+    split: str = "test",
+    limit: int | None = None,
+    removals: Sequence[str] = ("mask", "unk"),
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """What ``docclass faithfulness`` runs: ``<out>/faithfulness.json`` and ``.png``."""
+    import json
+    import time
+    from pathlib import Path
+
+    from docclass.checkpoint import load_classifier
+    from docclass.explain import explain_documents
+    from docclass.report.figures import save_png
+    from docclass.reporting import load_documents
+
+    classifier = load_classifier(ckpt)
+    documents = load_documents(data, ckpt, split)
+    texts = list(documents.texts)[:limit]
+    records = explain_documents(classifier, texts, device=device)
+    figures: dict[str, Any] = {
+        "checkpoint": str(ckpt),
+        "data": documents.description,
+        "documents": len(texts),
+        "fractions": list(FRACTIONS),
+        "random_seeds": 5,
+        "removal": {},
+    }
+    tables = {}
+    for removal in removals:
+        started = time.perf_counter()
+        tables[removal] = faithfulness_table(classifier, texts, records, removal, device=device)
+        figures["removal"][removal] = {
+            "seconds": round(time.perf_counter() - started, 1),
+            "aopc": tables[removal],
+        }
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "faithfulness.json").write_text(json.dumps(figures, indent=2) + "\n")
+    save_png(curves_figure(tables, FRACTIONS), folder / "faithfulness.png")
+    return figures

@@ -5,6 +5,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
+from conftest import CONFIGS
 
 from docclass.faithfulness import (
     aopc,
@@ -107,3 +108,25 @@ def test_planted_keyword_rankings_beat_random_by_a_wide_margin(tmp_path):
     for method in ("attention", "contribution", "grad_input"):
         assert table[method]["comprehensiveness"] > 3 * max(floor, 0.01), method
         assert table[method]["sufficiency"] < table["random"]["sufficiency"], method
+
+
+def test_faithfulness_command_writes_table_and_plot(fitted, tmp_path, capsys):
+    import json
+
+    from docclass.cli import main
+
+    out = tmp_path / "faithfulness"
+    main([
+        "faithfulness", "--ckpt", str(fitted / "checkpoints" / "last.ckpt"),
+        "--data", str(CONFIGS / "tiny.yaml"),
+        "--out", str(out), "--limit", "6",
+    ])  # fmt: skip
+    figures = json.loads((out / "faithfulness.json").read_text())
+    assert figures["documents"] == 6 and set(figures["removal"]) == {"mask", "unk"}
+    for table in figures["removal"].values():
+        assert {"attention", "contribution", "rollout", "grad_input", "random"} <= set(
+            table["aopc"]
+        )
+        assert all(len(row["curve"]) == len(figures["fractions"]) for row in table["aopc"].values())
+    assert (out / "faithfulness.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "× random" in capsys.readouterr().out
