@@ -46,10 +46,14 @@ def removal_curves(
     """
     masks = [np.ones(n_words, dtype=bool), *_curve_masks(n_words, ranking, fractions)]
     probs = probability(masks)
-    full = float(probs[0])
+    return _drops(float(probs[0]), probs[1:])
+
+
+def _drops(full: float, perturbed: np.ndarray) -> dict[str, list[float]]:
+    """Probability drops from ``_curve_masks``'s order: without top k, only top k, per k."""
     return {
-        "comprehensiveness": [full - float(p) for p in probs[1::2]],
-        "sufficiency": [full - float(p) for p in probs[2::2]],
+        "comprehensiveness": [full - float(p) for p in perturbed[0::2]],
+        "sufficiency": [full - float(p) for p in perturbed[1::2]],
     }
 
 
@@ -199,11 +203,7 @@ def document_curves(
     full, rest = float(flat[0]), flat[1:]
     curves, per = {}, 2 * len(fractions)
     for index, name in enumerate(rankings):
-        part = rest[index * per : (index + 1) * per]
-        curves[name] = {
-            "comprehensiveness": [full - float(p) for p in part[0::2]],
-            "sufficiency": [full - float(p) for p in part[1::2]],
-        }
+        curves[name] = _drops(full, rest[index * per : (index + 1) * per])
     return curves
 
 
