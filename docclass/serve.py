@@ -183,7 +183,13 @@ def _install_error_handlers(app) -> None:
 
     async def http_error(request, error: StarletteHTTPException) -> JSONResponse:
         message = str(error.detail)
-        if error.status_code == 413:
+        if error.status_code == 400 and "parsing the body" in message:
+            # FastAPI's answer when the bytes are not text at all (not UTF-8).
+            message = (
+                "body could not be read as JSON text (is it UTF-8?); send UTF-8 encoded "
+                '{"texts": ["document", ...]}'
+            )
+        elif error.status_code == 413:
             message = f"request body too large: {message}; send fewer or shorter texts per request"
         return JSONResponse(
             status_code=error.status_code,

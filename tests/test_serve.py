@@ -186,6 +186,18 @@ def test_bad_bodies_get_422_with_a_one_line_message(server, body, message):
     "server: body without `content-type: application/json`",
     "422 saying which header to send",
 )
+@pytest.mark.fault(
+    "server: body that is not UTF-8",
+    "400 saying to send UTF-8 encoded JSON",
+)
+def test_non_utf8_body_is_explained(server):
+    body = b'{"texts": ["caf\xe9 \xff"]}'
+    status, answer = request(server, "POST", "/predict", body, {"content-type": "application/json"})
+    assert status == 400
+    assert "UTF-8" in answer["error"] and '{"texts": ["document", ...]}' in answer["error"]
+    assert post_json(server, {"texts": ["café"]})[0] == 200  # still serving
+
+
 def test_body_without_json_content_type_is_explained(server):
     status, answer = request(server, "POST", "/predict", b'{"texts": ["a"]}', {})
     assert status == 422
