@@ -343,6 +343,8 @@ class AttentionSnapshots(pl.Callback):
                 title=f"attention after epoch {epoch}",
                 limit=self.n_documents,
                 device=str(pl_module.device),
+                # Snapshots show how attention settles; faithfulness is the final report's job.
+                faithfulness=False,
             )
         finally:
             pl_module.model.train(was_training)

@@ -182,6 +182,13 @@ def report_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also store every word's contribution to every class (pages offer each)",
     )
+    parser.add_argument(
+        "--faithfulness",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="measure each method's ERASER comprehensiveness per document (the pages' badges "
+        "and the index's table); about doubles the report's time",
+    )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, …")
     return parser
 
@@ -258,6 +265,7 @@ def _report_main(args: list[str]) -> None:
         batch_size=options.batch_size,
         all_classes=options.all_classes,
         device=options.device,
+        faithfulness=options.faithfulness,
     )
     print(
         f"report: {summary['documents']} documents in {summary['total_s']:.1f} s "
@@ -270,7 +278,9 @@ def faithfulness_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="docclass faithfulness",
         description="ERASER comprehensiveness and sufficiency (AOPC over 1-50%% of the words) of "
-        "every word-score method beside a random ranking; writes faithfulness.json and .png.",
+        "every word-score method beside a random ranking, permuted-pool and randomised-weight "
+        "sanity checks, and on a sample integrated gradients and rank agreement with "
+        "leave-one-word-out; writes faithfulness.json and .png (and updates a report in --out).",
     )
     parser.add_argument("--ckpt", required=True, help="checkpoint written by 'docclass fit'")
     parser.add_argument("--data", required=True, help="a YAML config (its split) or a source")
@@ -284,8 +294,35 @@ def faithfulness_parser() -> argparse.ArgumentParser:
         choices=["mask", "unk"],
         help="remove words by masking their tokens out, by replacing them with [UNK], or both",
     )
+    parser.add_argument(
+        "--sample",
+        type=_non_negative,
+        default=20,
+        help="documents (a fixed random sample) for integrated gradients, leave-one-word-out "
+        "and the randomised-weights check; 0 skips them",
+    )
+    parser.add_argument(
+        "--ig-steps", type=_non_negative, default=32, help="integrated-gradients steps; 0 skips"
+    )
+    parser.add_argument(
+        "--permutations", type=_positive, default=20, help="pool shuffles per document"
+    )
     parser.add_argument("--device", default="cpu")
     return parser
+
+
+def _non_negative(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return number
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return number
 
 
 def _faithfulness_main(args: list[str]) -> None:
@@ -294,7 +331,7 @@ def _faithfulness_main(args: list[str]) -> None:
     options = faithfulness_parser().parse_args(args)
     figures = faithfulness_command(
         options.ckpt, options.data, options.out, options.split, options.limit,
-        options.removal, options.device,
+        options.removal, options.device, options.sample, options.ig_steps, options.permutations,
     )  # fmt: skip
     for removal, result in figures["removal"].items():
         print(f"removal by {removal} ({result['seconds']} s, {figures['documents']} documents):")
@@ -306,7 +343,22 @@ def _faithfulness_main(args: list[str]) -> None:
                 f"({row['comprehensiveness'] / floor:.1f}× random)  "
                 f"sufficiency {row['sufficiency']:.3f}"
             )
+    permuted = figures["permuted_pool"]
+    print(
+        f"permuted pool: median total variation {permuted['median_total_variation']}, "
+        f"{100 * permuted['documents_any_label_change']:.1f} % of documents change label"
+    )
+    if "sample" in figures:
+        sample = figures["sample"]
+        stages = sample["randomised_weights"]
+        last = list(stages)[-1]
+        print(f"sample of {sample['documents']} documents: τ vs leave-one-out, ρ all randomised")
+        for name, row in sample["kendall_tau_vs_leave_one_out"].items():
+            rho = stages[last].get(name, {}).get("mean", float("nan"))
+            print(f"  {name:20s} τ {row['mean']:+.2f} ± {row['std']:.2f}   ρ {rho:+.2f}")
     print(f"→ {options.out}/faithfulness.json, {options.out}/faithfulness.png")
+    if "report" in figures:
+        print(f"→ {figures['report']} (rendered again with these figures)")
 
 
 def main(args: list[str] | None = None) -> None:

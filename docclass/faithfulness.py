@@ -154,6 +154,82 @@ def _curve_masks(n_words: int, ranking: Sequence[int], fractions: Sequence[float
     return masks
 
 
+def document_inputs(classifier, text: str, record: dict):
+    """The tokens the model read of one explained document: ``(ids [T] long, token_words [T],
+    predicted class index)``."""
+    import torch
+
+    from docclass.tokenizer import align_words, encode_batch
+
+    encoding = encode_batch(classifier.tokenizer, [text])[0]
+    n_read = record["tokens_read"]
+    ids = torch.tensor(encoding.ids[:n_read], dtype=torch.long)
+    token_words = np.asarray(align_words(encoding).token_words[:n_read], dtype=np.int64)
+    return ids, token_words, classifier.label_names.index(record["predicted"])
+
+
+def keep_probabilities(
+    model,
+    ids,
+    token_words: np.ndarray,
+    masks: Sequence[np.ndarray],
+    target: int,
+    removal: str = "mask",
+    batch_size: int = 64,
+    device: str = "cpu",
+) -> np.ndarray:
+    """p(target) for each word-keep mask of one document, the copies run in batches.
+
+    ``removal="mask"`` drops a removed word's tokens from the attention mask; ``"unk"``
+    replaces them with the unknown token (the two can differ: the model has seen neither
+    empty positions nor many [UNK]s in training).
+
+    With full attention, a masked-out token changes nothing for any other token (it gets
+    exactly zero weight everywhere), so masked copies are run with their removed tokens cut
+    out and every kept token at its own position: the same probabilities, from copies half
+    as long on average (sufficiency keeps 1-50 % of the words). Windowed attention cannot be
+    cut this way (cutting would bring far tokens into one window); it runs masked copies whole.
+    """
+    import torch
+
+    from docclass.model import length_batches, pad_token_ids
+    from docclass.tokenizer import UNK_ID
+
+    if removal not in ("mask", "unk"):
+        raise ValueError(f"removal must be 'mask' or 'unk', got {removal!r}")
+    model = model.to(device).eval()
+    keeps = [mask[token_words] for mask in masks]
+    probs = np.empty(len(masks), dtype=np.float64)
+    with torch.inference_mode():
+        if removal == "mask" and model.config.attention_window == 0:
+            positions = model.position_vectors(len(ids), torch.device(device))
+            kept = [np.flatnonzero(keep) for keep in keeps]
+            for group in length_batches([len(k) for k in kept], batch_size):
+                rows = [ids[kept[i]].tolist() for i in group]
+                input_ids, attention = pad_token_ids(rows, model.config.pad_id)
+                input_ids, attention = input_ids.to(device), attention.to(device)
+                embeds = model.embed(input_ids) * model.embed_scale
+                if positions is not None:
+                    where = torch.zeros(input_ids.shape, dtype=torch.long)
+                    for row, i in enumerate(group):
+                        where[row, : len(kept[i])] = torch.from_numpy(kept[i])
+                    embeds = embeds + positions[where.to(device)]
+                logits = model(input_ids, attention, inputs_embeds=embeds).logits.double()
+                probs[group] = torch.softmax(logits, dim=-1)[:, target].cpu().numpy()
+            return probs
+        for start in range(0, len(masks), batch_size):
+            keep = torch.from_numpy(np.stack(keeps[start : start + batch_size]))
+            input_ids = ids.expand(len(keep), -1).clone()
+            attention = torch.ones_like(keep)
+            if removal == "mask":
+                attention = keep
+            else:
+                input_ids[~keep] = UNK_ID
+            logits = model(input_ids.to(device), attention.to(device)).logits.double()
+            probs[start : start + len(keep)] = torch.softmax(logits, dim=-1)[:, target].cpu()
+    return probs
+
+
 def document_curves(
     classifier,
     text: str,
@@ -164,47 +240,92 @@ def document_curves(
     batch_size: int = 64,
     device: str = "cpu",
 ) -> dict[str, dict[str, list[float]]]:
-    """Removal curves of several rankings of one document, every perturbed copy batched.
-
-    ``removal="mask"`` drops a removed word's tokens from the attention mask; ``"unk"``
-    replaces them with the unknown token (the two can differ: the model has seen neither
-    empty positions nor many [UNK]s in training).
-    """
-    import torch
-
-    from docclass.tokenizer import UNK_ID, align_words, encode_batch
-
-    if removal not in ("mask", "unk"):
-        raise ValueError(f"removal must be 'mask' or 'unk', got {removal!r}")
-    encoding = encode_batch(classifier.tokenizer, [text])[0]
-    n_read = record["tokens_read"]
-    ids = torch.tensor(encoding.ids[:n_read], dtype=torch.long)
-    token_words = np.asarray(align_words(encoding).token_words[:n_read], dtype=np.int64)
+    """Removal curves of several rankings of one document, every perturbed copy batched
+    (removal as in :func:`keep_probabilities`)."""
+    ids, token_words, predicted = document_inputs(classifier, text, record)
     n_words = record["words_read"]
-    predicted = classifier.label_names.index(record["predicted"])
     masks = [np.ones(n_words, dtype=bool)]
     for ranking in rankings.values():
         masks += _curve_masks(n_words, ranking, fractions)
-    model = classifier.model.to(device).eval()
-    probs = []
-    with torch.inference_mode():
-        for start in range(0, len(masks), batch_size):
-            chunk = masks[start : start + batch_size]
-            keep = torch.from_numpy(np.stack([mask[token_words] for mask in chunk]))
-            input_ids = ids.expand(len(keep), -1).clone()
-            attention = torch.ones_like(keep)
-            if removal == "mask":
-                attention = keep
-            else:
-                input_ids[~keep] = UNK_ID
-            logits = model(input_ids.to(device), attention.to(device)).logits.float()
-            probs.append(torch.softmax(logits, dim=-1)[:, predicted].cpu().numpy())
-    flat = np.concatenate(probs)
+    flat = keep_probabilities(
+        classifier.model, ids, token_words, masks, predicted, removal, batch_size, device
+    )
     full, rest = float(flat[0]), flat[1:]
     curves, per = {}, 2 * len(fractions)
     for index, name in enumerate(rankings):
         curves[name] = _drops(full, rest[index * per : (index + 1) * per])
     return curves
+
+
+def document_faithfulness(
+    classifier,
+    text: str,
+    record: dict,
+    removal: str = "mask",
+    random_seeds: int = 5,
+    fractions: Sequence[float] = FRACTIONS,
+    device: str = "cpu",
+) -> dict[str, dict[str, Any]] | None:
+    """One document's AOPC comprehensiveness and sufficiency and comprehensiveness curve for
+    every method of its record, and for a random ranking averaged over ``random_seeds`` seeds
+    (``"random"``). None for a document too short to rank (fewer than two words read)."""
+    if record.get("error") or record["words_read"] < 2:
+        return None
+    n_words = record["words_read"]
+    rankings = {
+        method: np.argsort(-np.asarray(values[:n_words]), kind="stable").tolist()
+        for method, values in record["scores"].items()
+    }
+    for seed in range(random_seeds):
+        rankings[f"random {seed}"] = np.random.default_rng(seed).permutation(n_words).tolist()
+    curves = document_curves(classifier, text, record, rankings, removal, fractions, device=device)
+    grouped: dict[str, list[dict[str, list[float]]]] = {}
+    for name, curve in curves.items():
+        grouped.setdefault("random" if name.startswith("random ") else name, []).append(curve)
+    figures = {
+        name: {
+            "comprehensiveness": round(
+                float(np.mean([aopc(c["comprehensiveness"]) for c in group])), 5
+            ),
+            "sufficiency": round(float(np.mean([aopc(c["sufficiency"]) for c in group])), 5),
+            "curve": np.mean([c["comprehensiveness"] for c in group], axis=0).round(5).tolist(),
+        }
+        for name, group in grouped.items()
+    }
+    if random_seeds > 1:
+        # How far one random ranking strays from another: "better than random" must clear it.
+        spread = np.std([aopc(c["comprehensiveness"]) for c in grouped["random"]], ddof=1)
+        figures["random"]["comprehensiveness_std"] = round(float(spread), 5)
+    return figures
+
+
+def beats_random(figures: dict[str, dict[str, Any]], method: str) -> bool:
+    """A method's comprehensiveness on one document exceeds random's mean by more than twice
+    the spread between random rankings (and by at least 0.01, for near-constant floors)."""
+    floor = figures["random"]
+    margin = max(2 * floor.get("comprehensiveness_std", 0.0), 0.01)
+    return figures[method]["comprehensiveness"] > floor["comprehensiveness"] + margin
+
+
+def aggregate_faithfulness(per_document: Sequence[dict | None]) -> dict[str, dict[str, Any]]:
+    """Means over documents of :func:`document_faithfulness`'s figures, per method, and the
+    fraction of documents on which each method :func:`beats_random`."""
+    rows = [row for row in per_document if row]
+    if not rows:
+        return {}
+    return {
+        name: {
+            "comprehensiveness": float(np.mean([row[name]["comprehensiveness"] for row in rows])),
+            "sufficiency": float(np.mean([row[name]["sufficiency"] for row in rows])),
+            "curve": np.mean([row[name]["curve"] for row in rows], axis=0).round(5).tolist(),
+            **(
+                {}
+                if name == "random"
+                else {"beats_random": float(np.mean([beats_random(row, name) for row in rows]))}
+            ),
+        }
+        for name in rows[0]
+    }
 
 
 def faithfulness_table(
@@ -219,60 +340,22 @@ def faithfulness_table(
     """Per method, over documents: mean AOPC comprehensiveness and sufficiency, and the mean
     comprehensiveness at each fraction (``curve``); a random ranking averaged over
     ``random_seeds`` seeds is the floor to beat."""
-    totals: dict[str, dict[str, list]] = {}
-    for text, record in zip(texts, records, strict=True):
-        if record.get("error") or record["words_read"] < 2:
-            continue
-        n_words = record["words_read"]
-        rankings = {
-            method: np.argsort(-np.asarray(values[:n_words]), kind="stable").tolist()
-            for method, values in record["scores"].items()
-        }
-        for seed in range(random_seeds):
-            rankings[f"random {seed}"] = np.random.default_rng(seed).permutation(n_words).tolist()
-        curves = document_curves(
-            classifier, text, record, rankings, removal, fractions, device=device
-        )
-        for name, curve in curves.items():
-            key = "random" if name.startswith("random ") else name
-            entry = totals.setdefault(
-                key, {"comprehensiveness": [], "sufficiency": [], "curve": []}
+    return aggregate_faithfulness(
+        [
+            document_faithfulness(
+                classifier, text, record, removal, random_seeds, fractions, device
             )
-            entry["comprehensiveness"].append(aopc(curve["comprehensiveness"]))
-            entry["sufficiency"].append(aopc(curve["sufficiency"]))
-            entry["curve"].append(curve["comprehensiveness"])
-    return {
-        name: {
-            "comprehensiveness": float(np.mean(entry["comprehensiveness"])),
-            "sufficiency": float(np.mean(entry["sufficiency"])),
-            "curve": np.mean(entry["curve"], axis=0).round(5).tolist(),
-        }
-        for name, entry in totals.items()
-    }
+            for text, record in zip(texts, records, strict=True)
+        ]
+    )
 
 
-def curves_figure(tables: dict[str, dict], fractions: Sequence[float]):
-    """Fraction of words removed vs. drop in the predicted class's probability, one curve per
-    method (heads left out for legibility), one panel per removal mode."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(1, len(tables), figsize=(5.5 * len(tables), 4), squeeze=False)
-    for axis, (removal, table) in zip(axes[0], tables.items(), strict=True):
-        for name, row in table.items():
-            if name.startswith("attention_head"):
-                continue
-            style = {"color": "grey", "linestyle": "--"} if name == "random" else {}
-            axis.plot([100 * f for f in fractions], row["curve"], marker="o", label=name, **style)
-        axis.set_title(f"words removed by {'masking' if removal == 'mask' else '[UNK]'}")
-        axis.set_xlabel("% of the document's words removed, most important first")
-        axis.set_ylabel("drop in p(predicted class)")
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
-    figure.tight_layout()
-    return figure
+def sample_indices(n_documents: int, size: int, seed: int = 0) -> list[int]:
+    """A fixed random sample of document positions, in order (splits are often grouped by
+    class, so the first N would be one class)."""
+    if size >= n_documents:
+        return list(range(n_documents))
+    return sorted(np.random.default_rng(seed).choice(n_documents, size, replace=False).tolist())
 
 
 def faithfulness_command(
@@ -283,15 +366,21 @@ def faithfulness_command(
     limit: int | None = None,
     removals: Sequence[str] = ("mask", "unk"),
     device: str = "cpu",
+    sample: int = 20,
+    ig_steps: int = 32,
+    permutations: int = 20,
 ) -> dict[str, Any]:
-    """What ``docclass faithfulness`` runs: ``<out>/faithfulness.json`` and ``.png``."""
+    """What ``docclass faithfulness`` runs: ``<out>/faithfulness.json`` and ``.png``; a report
+    already in ``out`` is rendered again with the figures."""
     import json
     import time
     from pathlib import Path
 
+    from docclass import trust
     from docclass.checkpoint import load_classifier
     from docclass.explain import explain_documents
-    from docclass.report.figures import save_png
+    from docclass.report.figures import removal_curves_figure, save_png
+    from docclass.report.html import FAITHFULNESS_FILE, REPORT_META, rewrite_report
     from docclass.reporting import load_documents
 
     classifier = load_classifier(ckpt)
@@ -314,8 +403,56 @@ def faithfulness_command(
             "seconds": round(time.perf_counter() - started, 1),
             "aopc": tables[removal],
         }
+    started = time.perf_counter()
+    figures["permuted_pool"] = trust.permuted_pool(
+        classifier, texts, permutations=permutations, device=device
+    )
+    figures["permuted_pool"]["seconds"] = round(time.perf_counter() - started, 1)
+    if sample:
+        chosen = sample_indices(len(texts), sample)
+        sample_texts = [texts[i] for i in chosen]
+        # Fresh records: integrated gradients join their scores, the full table's stay as run.
+        sample_records = explain_documents(classifier, sample_texts, device=device)
+        started = time.perf_counter()
+        deltas = (
+            trust.add_integrated_gradients(
+                classifier, sample_texts, sample_records, ig_steps, device=device
+            )
+            if ig_steps
+            else []
+        )
+        ig_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        aopc_mask = faithfulness_table(
+            classifier, sample_texts, sample_records, "mask", device=device
+        )
+        tau = trust.loo_agreement(classifier, sample_texts, sample_records, device=device)
+        tau_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        randomised = trust.randomised_weights(
+            classifier, sample_texts, sample_records, ig_steps, device=device
+        )
+        figures["sample"] = {
+            "documents": len(chosen),
+            "indices": chosen,
+            "integrated_gradients_steps": ig_steps,
+            "integrated_gradients_relative_delta": {
+                "max": float(max(deltas, default=0.0)),
+                "mean": float(np.mean(deltas)) if deltas else 0.0,
+            },
+            "aopc_mask": aopc_mask,
+            "kendall_tau_vs_leave_one_out": tau,
+            "randomised_weights": randomised,
+            "seconds": {
+                "integrated_gradients": round(ig_seconds, 1),
+                "aopc_and_leave_one_out": round(tau_seconds, 1),
+                "randomised_weights": round(time.perf_counter() - started, 1),
+            },
+        }
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "faithfulness.json").write_text(json.dumps(figures, indent=2) + "\n")
-    save_png(curves_figure(tables, FRACTIONS), folder / "faithfulness.png")
+    (folder / FAITHFULNESS_FILE).write_text(json.dumps(figures, indent=2) + "\n")
+    save_png(removal_curves_figure(tables, FRACTIONS), folder / "faithfulness.png")
+    if (folder / REPORT_META).is_file() and (folder / "explanations.jsonl").is_file():
+        figures["report"] = str(rewrite_report(folder))
     return figures

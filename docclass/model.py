@@ -171,16 +171,22 @@ class DocumentClassifier(nn.Module):
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
         """``input_ids [B,T]`` → token vectors with positions added ``[B,T,D]``."""
         x = self.embed(input_ids) * self.embed_scale
-        length = input_ids.shape[1]
+        positions = self.position_vectors(input_ids.shape[1], x.device, x.dtype)
+        return x if positions is None else x + positions
+
+    def position_vectors(
+        self, length: int, device: torch.device, dtype: torch.dtype = torch.float32
+    ) -> torch.Tensor | None:
+        """``[T,D]`` added to the token vectors, or None without positions."""
         if self.position_table is not None:
             if length > self.config.max_positions:
                 raise ValueError(
                     f"sequence of {length} tokens exceeds max_positions={self.config.max_positions}"
                 )
-            x = x + self.position_table.weight[:length]
-        elif self.config.positions == "sinusoidal":
-            x = x + sinusoidal_positions(length, self.config.d_model, x.device).to(x.dtype)
-        return x
+            return self.position_table.weight[:length]
+        if self.config.positions == "sinusoidal":
+            return sinusoidal_positions(length, self.config.d_model, device).to(dtype)
+        return None
 
     def forward(
         self,

@@ -61,19 +61,24 @@ def test_word_scores_find_the_planted_keyword(tmp_path):
         assert run["keyword_ranked_first"][method] >= 0.95, method
 
 
-def test_batched_curves_equal_one_forward_per_perturbed_copy():
+@pytest.mark.parametrize(
+    ("window", "removal"),
+    [(0, "mask"), (3, "mask"), (0, "unk")],
+    ids=["cut-out copies", "windowed, masked whole", "unk"],
+)
+def test_batched_curves_equal_one_forward_per_perturbed_copy(window, removal):
     from test_explain import tiny_classifier
 
     from docclass.explain import explain_documents
     from docclass.faithfulness import document_curves
-    from docclass.tokenizer import align_words, encode_batch
+    from docclass.tokenizer import UNK_ID, align_words, encode_batch
 
-    classifier = tiny_classifier(n_layers=1)
+    classifier = tiny_classifier(n_layers=1, attention_window=window)
     text = "Markets rallied as the central bank held interest rates, and shares rose."
     (record,) = explain_documents(classifier, [text])
     n_words = record["words_read"]
     ranking = np.argsort(-np.asarray(record["scores"]["rollout"][:n_words])).tolist()
-    batched = document_curves(classifier, text, record, {"rollout": ranking}, batch_size=3)
+    batched = document_curves(classifier, text, record, {"rollout": ranking}, removal, batch_size=3)
 
     encoding = encode_batch(classifier.tokenizer, [text])[0]
     token_words = np.asarray(align_words(encoding).token_words)
@@ -85,7 +90,10 @@ def test_batched_curves_equal_one_forward_per_perturbed_copy():
         with torch.no_grad():
             for mask in masks:
                 keep = torch.from_numpy(mask[token_words])[None]
-                logits = classifier.model(ids, keep).logits
+                if removal == "mask":
+                    logits = classifier.model(ids, keep).logits
+                else:
+                    logits = classifier.model(ids.masked_fill(~keep, UNK_ID), keep | True).logits
                 probs.append(torch.softmax(logits, -1)[0, predicted].item())
         return np.array(probs)
 
@@ -110,16 +118,22 @@ def test_planted_keyword_rankings_beat_random_by_a_wide_margin(tmp_path):
         assert table[method]["sufficiency"] < table["random"]["sufficiency"], method
 
 
-def test_faithfulness_command_writes_table_and_plot(fitted, tmp_path, capsys):
+def test_faithfulness_command_writes_table_plot_checks_and_updates_the_report(
+    fitted, tmp_path, capsys
+):
     import json
 
     from docclass.cli import main
 
     out = tmp_path / "faithfulness"
+    ckpt = str(fitted / "checkpoints" / "last.ckpt")
+    main(["report", "--ckpt", ckpt, "--data", str(CONFIGS / "tiny.yaml"), "--out", str(out),
+          "--limit", "6"])  # fmt: skip
+    assert "sanity-table" not in (out / "index.html").read_text(encoding="utf-8")
     main([
-        "faithfulness", "--ckpt", str(fitted / "checkpoints" / "last.ckpt"),
-        "--data", str(CONFIGS / "tiny.yaml"),
-        "--out", str(out), "--limit", "6",
+        "faithfulness", "--ckpt", ckpt, "--data", str(CONFIGS / "tiny.yaml"),
+        "--out", str(out), "--limit", "6", "--sample", "3", "--ig-steps", "4",
+        "--permutations", "3",
     ])  # fmt: skip
     figures = json.loads((out / "faithfulness.json").read_text())
     assert figures["documents"] == 6 and set(figures["removal"]) == {"mask", "unk"}
@@ -128,5 +142,15 @@ def test_faithfulness_command_writes_table_and_plot(fitted, tmp_path, capsys):
             table["aopc"]
         )
         assert all(len(row["curve"]) == len(figures["fractions"]) for row in table["aopc"].values())
+    sample = figures["sample"]
+    assert sample["documents"] == 3 and len(sample["indices"]) == 3
+    assert "integrated_gradients" in sample["aopc_mask"]
+    assert "integrated_gradients" in sample["kendall_tau_vs_leave_one_out"]
+    assert list(sample["randomised_weights"]) == ["read-out", "pool", "block 0", "embeddings"]
+    assert figures["permuted_pool"]["documents"] == 6
     assert (out / "faithfulness.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "× random" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "× random" in printed and "rendered again" in printed
+    index = (out / "index.html").read_text(encoding="utf-8")
+    assert 'id="sanity-table"' in index and "Permuted pool" in index
+    assert "integrated gradients" in index

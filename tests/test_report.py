@@ -11,7 +11,13 @@ from test_explain import LABELS, tiny_classifier
 
 from docclass.cli import main
 from docclass.explain import explain_documents, read_jsonl
-from docclass.report.html import LONG_DOCUMENT_WORDS, document_filename, write_report
+from docclass.faithfulness import aggregate_faithfulness, beats_random, document_faithfulness
+from docclass.report.html import (
+    LONG_DOCUMENT_WORDS,
+    document_filename,
+    method_label,
+    write_report,
+)
 from docclass.report.summaries import document_order, sentences, top_words_by_class
 
 HOSTILE = [
@@ -70,6 +76,11 @@ def report(tmp_path_factory):
         doc_ids=["<i>hostile</i>.txt", "two", "long", "short", "truncated"],
         labels=["markets", "sport", "tech", "markets", "sport"],
     )
+    for text, record in zip(texts, records, strict=True):
+        record["faithfulness"] = {
+            "removal": "mask",
+            "methods": document_faithfulness(classifier, text, record),
+        }
     out = tmp_path_factory.mktemp("report")
     write_report(records, out, LABELS, title="test <report>")
     return out, records
@@ -120,6 +131,19 @@ def test_index_lists_every_document_errors_first(report):
     wrong = [i for i in order if records[i]["label"] != records[i]["predicted"]]
     assert order[: len(wrong)] == wrong
     assert "Content-Security-Policy" in html and "http://" not in html and "https://" not in html
+
+
+def test_index_faithfulness_table_is_the_mean_over_documents(report):
+    out, records = report
+    table = aggregate_faithfulness([r["faithfulness"]["methods"] for r in records])
+    html = (out / "index.html").read_text(encoding="utf-8")
+    section = html[html.index('id="faithfulness-table"') :]
+    section = section[: section.index("</table>")]
+    assert "dropping their tokens from the attention mask" in html
+    for name, row in table.items():
+        cells = f'<td>{method_label(name)}</td><td class="num">{row["comprehensiveness"]:.3f}'
+        assert cells in section, name
+    assert 'alt="probability drop as the top words are removed, per method"' in html
 
 
 def test_long_documents_get_sentence_view_and_minimap_short_ones_get_maps(report):
@@ -254,9 +278,16 @@ def test_hostile_document_page_in_chromium(browser, report, tmp_path):
     page.select_option("#method", "contribution")
     assert page.locator("#text.signed").count() == 1
     assert page.locator("#legend-signed").is_visible()
+    badge = page.locator("#faithfulness-badge")
+    figures = records[0]["faithfulness"]["methods"]
+    assert badge.text_content().startswith(f"{figures['contribution']['comprehensiveness']:.3f}")
+    verdict = "better" if beats_random(figures, "contribution") else "no better"
+    assert f"· {verdict} than random" in badge.text_content()
     page.select_option("#method", "attention")
     page.select_option("#head", "1")
     assert "head 1" in page.locator("#w0").get_attribute("title")
+    value = figures["attention_head1"]["comprehensiveness"]
+    assert badge.text_content().startswith(f"{value:.3f} vs random")
     page.screenshot(path=str(tmp_path / "hostile.png"))
     assert problems == []
 
@@ -264,6 +295,8 @@ def test_hostile_document_page_in_chromium(browser, report, tmp_path):
 def test_index_long_and_short_pages_in_chromium(browser, report):
     out, records = report
     page, problems, dialogs = open_page(browser, out / "index.html")
+    table = page.locator("#faithfulness-table tr")
+    assert table.count() == 1 + len(records[0]["faithfulness"]["methods"])  # header + methods
     assert page.locator("#documents tbody tr").count() == len(records)
     assert page.locator("#shown").text_content() == f"{len(records)} of {len(records)} shown"
     page.select_option("#show", "truncated")

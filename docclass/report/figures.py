@@ -115,3 +115,22 @@ def entropy_histogram_figure(normalised_entropy: dict[str, Sequence[float]]) -> 
     axes_row[0][0].set_ylabel("documents")
     figure.tight_layout()
     return figure
+
+
+def removal_curves_figure(tables: dict[str, dict], fractions: Sequence[float]) -> plt.Figure:
+    """Fraction of words removed vs. drop in the predicted class's probability, one curve per
+    method (heads left out for legibility), one panel per removal mode."""
+    figure, axes = plt.subplots(1, len(tables), figsize=(5.5 * len(tables), 4), squeeze=False)
+    for axis, (removal, table) in zip(axes[0], tables.items(), strict=True):
+        for name, row in table.items():
+            if name.startswith("attention_head"):
+                continue
+            style = {"color": "grey", "linestyle": "--"} if name == "random" else {}
+            axis.plot([100 * f for f in fractions], row["curve"], marker="o", label=name, **style)
+        axis.set_title(f"words removed by {'masking' if removal == 'mask' else '[UNK]'}")
+        axis.set_xlabel("% of the document's words removed, most important first")
+        axis.set_ylabel("drop in p(predicted class)")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    figure.tight_layout()
+    return figure

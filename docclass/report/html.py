@@ -20,11 +20,13 @@ from typing import Any
 import numpy as np
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from docclass.explain import SIGNED_METHODS
+from docclass.explain import SIGNED_METHODS, read_jsonl
+from docclass.faithfulness import FRACTIONS, aggregate_faithfulness, beats_random
 from docclass.report.figures import (
     confusion_matrix_figure,
     entropy_histogram_figure,
     png_data_uri,
+    removal_curves_figure,
     training_curves_figure,
 )
 from docclass.report.summaries import (
@@ -62,6 +64,17 @@ METHOD_LABELS = {
     "rollout": "attention rollout",
     "grad_input": "gradient × input",
 }
+REPORT_META = "report.json"
+FAITHFULNESS_FILE = "faithfulness.json"
+
+
+def method_label(key: str) -> str:
+    """A method's name as the pages print it."""
+    if key.startswith("attention_head"):
+        return f"pool attention, head {key[len('attention_head') :]}"
+    return {**METHOD_LABELS, "integrated_gradients": "integrated gradients", "random": "random"}[
+        key
+    ]
 
 
 def _environment() -> Environment:
@@ -184,6 +197,16 @@ def _document_page(
         for first, end in sentences(record):
             sentence = text[spans[first][0] : spans[end - 1][1]]
             data["sentences"].append([first, end, " ".join(sentence.split())[:300]])
+    if record.get("faithfulness"):
+        figures = record["faithfulness"]["methods"]
+        data["faithfulness"] = {
+            "random": figures["random"]["comprehensiveness"],
+            "methods": {
+                name: {"value": row["comprehensiveness"], "beats": beats_random(figures, name)}
+                for name, row in figures.items()
+                if name != "random"
+            },
+        }
     if record.get("layer_maps"):
         # Drawn by the page on <canvas>: a matplotlib figure per document, with a tick label per
         # word, took about a second each, too slow for corpora of short texts.
@@ -303,6 +326,11 @@ def write_report(
     metric_log = _metric_log(run_dir)
     if metric_log is not None:
         figures["curves"] = png_data_uri(training_curves_figure(metric_log))
+    trust = _trust_section(records, out_dir)
+    if trust and trust.get("curves"):
+        figures["faithfulness"] = png_data_uri(
+            removal_curves_figure({"mask": trust.pop("curves")}, FRACTIONS)
+        )
     entropies = head_entropies(records, pool_heads)
     if any(entropies.values()):
         figures["entropy"] = png_data_uri(entropy_histogram_figure(entropies))
@@ -342,8 +370,106 @@ def write_report(
         min_documents=TOP_WORDS_MIN_DOCUMENTS,
         label_names=label_names,
         rows=rows,
+        trust=trust,
         **common,
     )
     index_path = out_dir / "index.html"
     index_path.write_text(index, encoding="utf-8")
+    meta = {
+        "title": title,
+        "subtitle": subtitle,
+        "label_names": label_names,
+        "run_dir": str(run_dir) if run_dir else None,
+        "documents_dir": documents_dir,
+    }
+    (out_dir / REPORT_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return index_path
+
+
+def rewrite_report(out_dir: str | Path) -> Path:
+    """Render a written report again from its ``explanations.jsonl`` (after
+    ``docclass faithfulness`` has added its figures to the folder, say)."""
+    out_dir = Path(out_dir)
+    meta = json.loads((out_dir / REPORT_META).read_text(encoding="utf-8"))
+    return write_report(read_jsonl(out_dir / "explanations.jsonl"), out_dir, **meta)
+
+
+def _ratio(value: float, floor: float) -> str:
+    return f"{value / floor:.1f}×" if floor > 1e-3 else "—"
+
+
+def _trust_section(records: Sequence[dict], out_dir: Path) -> dict[str, Any] | None:
+    """The index's faithfulness figures: the records' own (mask removal, every document) and,
+    when ``docclass faithfulness`` wrote into this folder, its sample checks."""
+    table = aggregate_faithfulness(
+        [r["faithfulness"]["methods"] for r in records if r.get("faithfulness")]
+    )
+    path = out_dir / FAITHFULNESS_FILE
+    extra = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if not table and not extra:
+        return None
+    section: dict[str, Any] = {"rows": [], "documents": 0, "extra": None}
+    if table:
+        floor = table["random"]["comprehensiveness"]
+        section["documents"] = sum(bool(r.get("faithfulness")) for r in records)
+        section["random"] = table["random"]
+        for name, row in sorted(table.items(), key=lambda kv: -kv[1]["comprehensiveness"]):
+            section["rows"].append(
+                {
+                    "name": method_label(name),
+                    "comprehensiveness": f"{row['comprehensiveness']:.3f}",
+                    "ratio": "" if name == "random" else _ratio(row["comprehensiveness"], floor),
+                    "sufficiency": f"{row['sufficiency']:.3f}",
+                    "beats": "—" if name == "random" else f"{100 * row['beats_random']:.0f} %",
+                }
+            )
+        section["curves"] = table
+    if extra:
+        section["extra"] = _extra_rows(extra)
+    return section
+
+
+def _extra_rows(figures: dict[str, Any]) -> dict[str, Any]:
+    """``faithfulness.json``'s sample checks as rows of plain strings."""
+    extra: dict[str, Any] = {"documents": figures.get("documents"), "removal": []}
+    for removal, result in figures.get("removal", {}).items():
+        table = result["aopc"]
+        floor = table["random"]["comprehensiveness"]
+        rows = []
+        for name, row in sorted(table.items(), key=lambda kv: -kv[1]["comprehensiveness"]):
+            ratio = "" if name == "random" else _ratio(row["comprehensiveness"], floor)
+            rows.append(
+                (
+                    method_label(name),
+                    f"{row['comprehensiveness']:.3f}",
+                    ratio,
+                    f"{row['sufficiency']:.3f}",
+                )
+            )
+        extra["removal"].append(
+            {"removal": "masking" if removal == "mask" else "[UNK]", "rows": rows}
+        )
+    sample = figures.get("sample")
+    if sample:
+        rank = sample.get("kendall_tau_vs_leave_one_out", {})
+        stages = sample.get("randomised_weights", {})
+        extra["sample"] = {
+            "documents": sample["documents"],
+            "ig_steps": sample.get("integrated_gradients_steps"),
+            "ig_delta": sample.get("integrated_gradients_relative_delta", {}).get("max"),
+            "stages": list(stages),
+            "rows": [
+                {
+                    "name": method_label(name),
+                    "aopc": sample.get("aopc_mask", {}).get(name, {}).get("comprehensiveness"),
+                    "tau": f"{rank[name]['mean']:.2f} ± {rank[name]['std']:.2f}",
+                    "rho": [
+                        f"{stages[stage][name]['mean']:.2f}" if name in stages[stage] else "—"
+                        for stage in stages
+                    ],
+                }
+                for name in rank
+            ],
+        }
+    extra["permuted_pool"] = figures.get("permuted_pool")
+    return extra

@@ -73,6 +73,17 @@
     });
   }
 
+  function paintFaithfulness(key) {
+    var badge = document.getElementById("faithfulness-badge");
+    if (!badge) { return; }
+    var entry = data.faithfulness.methods[key];
+    badge.classList.remove("ok", "warn");
+    if (!entry) { badge.textContent = "not measured for this view"; return; }
+    badge.textContent = entry.value.toFixed(3) + " vs random " + data.faithfulness.random.toFixed(3) +
+      (entry.beats ? " · better than random" : " · no better than random");
+    badge.classList.add(entry.beats ? "ok" : "warn");
+  }
+
   function jumpTo(index) {
     var word = words[Math.min(index, words.length - 1)];
     if (!word) { return; }
@@ -102,6 +113,7 @@
     document.getElementById("legend-plain").hidden = signed;
     document.getElementById("legend-signed").hidden = !signed;
     help.textContent = data.help[methodSelect.value.split(":")[0]] || "";
+    paintFaithfulness(key);
     paintMinimap(scores);
     paintSentences(scores, signed);
   }

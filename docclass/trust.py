@@ -1,0 +1,250 @@
+"""Checks on the word-score methods beyond removal curves: integrated gradients (Captum),
+agreement with leave-one-word-out, and two sanity checks.
+
+- Integrated gradients (Sundararajan et al. 2017) integrate the gradient of the predicted
+  logit along the straight path from a baseline to the token embeddings. The baseline is the
+  padding token's embedding (all zeros) at every position, with the positions kept, so the
+  attributions explain the words, not where they stand. Captum's implementation, with its
+  convergence delta (how far the attributions miss ``f(x) − f(baseline)``) reported.
+- Leave-one-word-out: each word's importance is the drop in p(predicted) when that word alone
+  is dropped from the attention mask; Kendall's τ-b between it and each method's scores.
+- Permuted pool (Jain & Wallace 2019): the pool's weights shuffled over the document's tokens,
+  every head with the same permutation, the token vectors left as they are. The read-out after
+  the pool is linear, so the permuted logits are exact sums of token contributions.
+- Randomised weights (Adebayo et al. 2018): the trained weights replaced, from the read-out
+  down to the embeddings, by a freshly initialised model's; a method whose scores barely
+  change (Spearman ρ near 1) cannot be reading what the model learned.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from docclass.faithfulness import document_inputs, keep_probabilities
+
+IG_METHOD = "integrated_gradients"
+
+
+def integrated_gradients(
+    classifier,
+    text: str,
+    record: dict,
+    steps: int = 32,
+    internal_batch_size: int = 16,
+    device: str = "cpu",
+) -> tuple[list[float], float]:
+    """One document's integrated-gradients score per word read, and the convergence delta
+    relative to ``|f(x) − f(baseline)|``."""
+    from captum.attr import IntegratedGradients
+
+    ids, token_words, predicted = document_inputs(classifier, text, record)
+    model = classifier.model.to(device).eval()
+    ids = ids[None].to(device)
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    positions = model.position_vectors(ids.shape[1], ids.device)
+
+    def predicted_logits(token_vectors: torch.Tensor) -> torch.Tensor:
+        embeds = token_vectors if positions is None else token_vectors + positions
+        rows = len(token_vectors)
+        return model(ids.expand(rows, -1), mask.expand(rows, -1), inputs_embeds=embeds).logits
+
+    with torch.no_grad():
+        token_vectors = model.embed(ids) * model.embed_scale
+    baseline = torch.zeros_like(token_vectors)
+    attributions, delta = IntegratedGradients(predicted_logits).attribute(
+        token_vectors,
+        baselines=baseline,
+        target=predicted,
+        n_steps=steps,
+        internal_batch_size=internal_batch_size,
+        return_convergence_delta=True,
+    )
+    with torch.no_grad():
+        gap = (predicted_logits(token_vectors) - predicted_logits(baseline))[0, predicted]
+    per_token = attributions[0].sum(dim=-1).double().cpu().numpy()
+    per_word = np.bincount(token_words, weights=per_token, minlength=record["words_read"])
+    relative_delta = abs(float(delta[0])) / max(abs(float(gap)), 1e-12)
+    return [float(f"{v:.6g}") for v in per_word], relative_delta
+
+
+def add_integrated_gradients(
+    classifier, texts: Sequence[str], records: list[dict], steps: int = 32, device: str = "cpu"
+) -> list[float]:
+    """Put integrated gradients into each record's ``scores`` (words past the cut get 0, as
+    with every method); returns each document's relative convergence delta."""
+    deltas = []
+    for text, record in zip(texts, records, strict=True):
+        if record.get("error") or not record["words_read"]:
+            continue
+        scores, delta = integrated_gradients(classifier, text, record, steps, device=device)
+        record["scores"][IG_METHOD] = scores + [0.0] * (len(record["words"]) - len(scores))
+        deltas.append(delta)
+    return deltas
+
+
+def leave_one_out(classifier, text: str, record: dict, device: str = "cpu") -> np.ndarray:
+    """Drop in p(predicted) when each word read alone is dropped from the attention mask."""
+    ids, token_words, predicted = document_inputs(classifier, text, record)
+    n_words = record["words_read"]
+    masks = [np.ones(n_words, dtype=bool)]
+    for word in range(n_words):
+        without = np.ones(n_words, dtype=bool)
+        without[word] = False
+        masks.append(without)
+    probs = keep_probabilities(classifier.model, ids, token_words, masks, predicted, device=device)
+    return probs[0] - probs[1:]
+
+
+def _summary(values: Sequence[float]) -> dict[str, float | int]:
+    finite = np.asarray([v for v in values if np.isfinite(v)], dtype=float)
+    if not len(finite):
+        return {"mean": float("nan"), "std": float("nan"), "documents": 0}
+    return {
+        "mean": round(float(finite.mean()), 4),
+        "std": round(float(finite.std()), 4),
+        "documents": len(finite),
+    }
+
+
+def loo_agreement(
+    classifier, texts: Sequence[str], records: Sequence[dict], device: str = "cpu"
+) -> dict[str, dict[str, float | int]]:
+    """Per method: Kendall's τ-b with leave-one-word-out importance, mean and spread over
+    documents (documents where either ranking is constant are left out)."""
+    from scipy.stats import kendalltau
+
+    taus: dict[str, list[float]] = {}
+    for text, record in zip(texts, records, strict=True):
+        if record.get("error") or record["words_read"] < 2:
+            continue
+        n_words = record["words_read"]
+        importance = leave_one_out(classifier, text, record, device)
+        for method, values in record["scores"].items():
+            tau = kendalltau(np.asarray(values[:n_words]), importance).statistic
+            taus.setdefault(method, []).append(float(tau))
+    return {method: _summary(values) for method, values in taus.items()}
+
+
+def permuted_pool(
+    classifier,
+    texts: Sequence[str],
+    permutations: int = 20,
+    batch_size: int = 16,
+    seed: int = 0,
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """How far the prediction moves when the pool's weights are shuffled over each document.
+
+    Returns the median over documents of: the median total variation distance between the
+    original and the permuted class distributions, the median drop in p(predicted), and the
+    fraction of permutations that change the label; plus the fraction of documents whose label
+    any permutation changes.
+    """
+    from docclass.model import length_batches, pad_token_ids
+    from docclass.tokenizer import encode_batch
+
+    model = classifier.model.to(device).eval()
+    generator = torch.Generator().manual_seed(seed)
+    encodings = encode_batch(classifier.tokenizer, list(texts))
+    rows = [e.ids[: classifier.max_tokens] if classifier.max_tokens else e.ids for e in encodings]
+    rows = [row for row in rows if len(row) > 1]
+    distance, drop, flips = [], [], []
+    bias = model.contribution_bias()
+    for group in length_batches([len(row) for row in rows], batch_size):
+        input_ids, mask = pad_token_ids([rows[i] for i in group], model.config.pad_id)
+        input_ids, mask = input_ids.to(device), mask.to(device)
+        with torch.inference_mode():
+            out = model(input_ids, mask)
+            probs = torch.softmax(out.logits.double(), dim=-1)
+            predicted = probs.argmax(dim=-1)
+            per_document = [[], [], []]
+            for _ in range(permutations):
+                # A random order of each document's real tokens; padding stays in place.
+                keys = torch.rand(mask.shape, generator=generator).to(device)
+                keys = keys.masked_fill(~mask, 2.0)
+                order = keys.argsort(dim=-1)
+                weights = out.pool_weights.gather(2, order[:, None, :].expand_as(out.pool_weights))
+                logits = model.token_contributions(out.token_states, weights).sum(dim=1) + bias
+                permuted = torch.softmax(logits.double(), dim=-1)
+                per_document[0].append(0.5 * (permuted - probs).abs().sum(dim=-1))
+                per_document[1].append((probs - permuted).gather(1, predicted[:, None]).squeeze(1))
+                per_document[2].append((permuted.argmax(dim=-1) != predicted).double())
+        distance += torch.stack(per_document[0]).median(dim=0).values.tolist()
+        drop += torch.stack(per_document[1]).median(dim=0).values.tolist()
+        flips += torch.stack(per_document[2]).mean(dim=0).tolist()
+    return {
+        "documents": len(rows),
+        "permutations": permutations,
+        "median_total_variation": round(float(np.median(distance)), 4),
+        "median_probability_drop": round(float(np.median(drop)), 4),
+        "median_label_change_rate": round(float(np.median(flips)), 4),
+        "documents_any_label_change": round(float(np.mean(np.asarray(flips) > 0)), 4),
+    }
+
+
+def randomisation_stages(model) -> list[tuple[str, list[str]]]:
+    """Cascading randomisation, top down: ``(stage name, module names randomised by then)``."""
+    names = ["head"]
+    stages = [("read-out", list(names))]
+    names += ["pool", "final_norm"]
+    stages.append(("pool", list(names)))
+    for index in reversed(range(len(model.blocks))):
+        names.append(f"blocks.{index}")
+        stages.append((f"block {index}", list(names)))
+    names += ["embed"] + (["position_table"] if model.position_table is not None else [])
+    stages.append(("embeddings", list(names)))
+    return stages
+
+
+def randomised_copy(classifier, module_names: Sequence[str], seed: int = 0):
+    """The classifier with the named modules' weights taken from a freshly initialised model."""
+    from docclass.model import DocumentClassifier
+
+    torch.manual_seed(seed)
+    fresh = DocumentClassifier(classifier.model.config)
+    model = copy.deepcopy(classifier.model)
+    for name in module_names:
+        model.get_submodule(name).load_state_dict(fresh.get_submodule(name).state_dict())
+    return dataclasses.replace(classifier, model=model.eval())
+
+
+def randomised_weights(
+    classifier,
+    texts: Sequence[str],
+    records: Sequence[dict],
+    integrated_gradients_steps: int = 0,
+    seed: int = 0,
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """Per cascading stage and method: Spearman ρ between the trained model's word scores and
+    the randomised model's, mean and spread over documents."""
+    from scipy.stats import spearmanr
+
+    from docclass.explain import explain_documents
+
+    results: dict[str, Any] = {}
+    for stage, modules in randomisation_stages(classifier.model):
+        randomised = randomised_copy(classifier, modules, seed)
+        changed = explain_documents(randomised, list(texts), device=device)
+        if integrated_gradients_steps:
+            add_integrated_gradients(
+                randomised, texts, changed, integrated_gradients_steps, device=device
+            )
+        rhos: dict[str, list[float]] = {}
+        for trained, after in zip(records, changed, strict=True):
+            if trained.get("error") or trained["words_read"] < 2:
+                continue
+            n_words = trained["words_read"]
+            for method, values in trained["scores"].items():
+                if method not in after["scores"]:
+                    continue
+                rho = spearmanr(values[:n_words], after["scores"][method][:n_words]).statistic
+                rhos.setdefault(method, []).append(float(rho))
+        results[stage] = {method: _summary(values) for method, values in rhos.items()}
+    return results
