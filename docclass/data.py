@@ -23,6 +23,7 @@ from torch.utils.data import BatchSampler, DataLoader, Sampler, SequentialSample
 from docclass.checkpoint import read_artifact
 from docclass.errors import DataError
 from docclass.sources import SourceSpec, load_source
+from docclass.streaming import StreamedBatches, open_stream, stream_sample
 from docclass.tokenizer import PAD_ID, TokenizerSpec, encode_batch, load_tokenizer, train_tokenizer
 
 log = logging.getLogger(__name__)
@@ -244,6 +245,15 @@ class DocDataModule(pl.LightningDataModule):
             model (``model.compile``) meets at most ``max_tokens / pad_to_multiple`` shapes.
         predict_split: which split ``predict`` classifies.
         seed: seed of the training batch order.
+        stream: train on documents read lazily from this glob of JSONL / CSV / Parquet files
+            or hub dataset (its ``train_split``), for corpora larger than memory; ``source``
+            then supplies validation and test only (:mod:`docclass.streaming`).
+        max_batch_tokens: with ``stream``, cut training batches by padded tokens
+            (documents × longest) instead of by ``batch_size`` alone.
+        steps_per_epoch: with ``stream``, batches per epoch on every rank (required under DDP).
+        bucket_documents: with ``stream``, documents sorted by length together.
+        shuffle_buffer: with ``stream``, documents in ``datasets``' shuffle buffer.
+        tokenizer_documents: with ``stream``, the first this many train the tokenizer.
     """
 
     def __init__(
@@ -269,8 +279,32 @@ class DocDataModule(pl.LightningDataModule):
         pad_to_multiple: int = 1,
         predict_split: str = "test",
         seed: int = 0,
+        stream: str | None = None,
+        max_batch_tokens: int | None = None,
+        steps_per_epoch: int | None = None,
+        bucket_documents: int = 2000,
+        shuffle_buffer: int = 10000,
+        tokenizer_documents: int = 20000,
     ) -> None:
         super().__init__()
+        for name, value in (
+            ("max_batch_tokens", max_batch_tokens),
+            ("steps_per_epoch", steps_per_epoch),
+        ):
+            if value is not None and value < 1:
+                raise DataError(f"data.{name} must be positive or null, got {value}")
+        if (max_batch_tokens or steps_per_epoch) and not stream:
+            raise DataError(
+                "data.max_batch_tokens and data.steps_per_epoch apply to a streamed training "
+                "set: set data.stream, or use data.batch_size"
+            )
+        self.stream, self.max_batch_tokens, self.steps_per_epoch = (
+            stream,
+            max_batch_tokens,
+            steps_per_epoch,
+        )
+        self.bucket_documents, self.shuffle_buffer = bucket_documents, shuffle_buffer
+        self.tokenizer_documents = tokenizer_documents
         for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
             if not 0.0 < value < 0.5:
                 raise DataError(f"data.{name} must be between 0 and 0.5, got {value}")
@@ -329,8 +363,21 @@ class DocDataModule(pl.LightningDataModule):
         self.splits = self._split(splits)
         if artifact:
             self.tokenizer = load_tokenizer(artifact["tokenizer"])
+        elif self.stream:
+            sample = stream_sample(self._stream_documents(), self.tokenizer_documents)
+            if not sample:
+                raise DataError(f"data.stream {self.stream!r} holds no documents")
+            self.tokenizer = train_tokenizer(sample, self.tokenizer_spec)
         else:
             self.tokenizer = train_tokenizer(self.splits["train"]["text"], self.tokenizer_spec)
+        if self.stream:
+            log.info(
+                "training reads the stream %s; %s supplies validation and test (its %d "
+                "training documents are not used)",
+                self.stream,
+                self.source_spec.source,
+                len(self.splits["train"]),
+            )
         self.stats["vocab_size"] = self.tokenizer.get_vocab_size()
         for split, dataset in self.splits.items():
             self.stats[f"{split}_documents"] = len(dataset)
@@ -450,7 +497,47 @@ class DocDataModule(pl.LightningDataModule):
             self.stats[f"{split}_truncated"] = int(sum(tokenized["truncated"]))
         return self._tokenized[split]
 
+    def _stream_documents(self) -> datasets.IterableDataset:
+        spec = self.source_spec
+        return open_stream(
+            self.stream, spec.hub_config, spec.train_split, spec.text_column, spec.label_column
+        )
+
+    def _stream_loader(self) -> DataLoader:
+        held_out = frozenset(
+            whitespace_key(text) for split in ("val", "test") for text in self.splits[split]["text"]
+        )
+        tokenizer = self.tokenizer
+        batches = StreamedBatches(
+            self._stream_documents,
+            lambda texts: [e.ids for e in encode_batch(tokenizer, texts)],
+            {name: i for i, name in enumerate(self.label_names)},
+            functools.partial(collate, pad_to_multiple=self.pad_to_multiple),
+            self.max_tokens,
+            self.batch_size,
+            self.max_batch_tokens,
+            self.bucket_documents,
+            self.shuffle_buffer,
+            self.steps_per_epoch,
+            held_out,
+            self.seed,
+        )
+        # A resumed run continues with its epoch's shuffle.
+        trainer = getattr(self, "trainer", None)
+        batches.set_epoch(trainer.current_epoch if trainer else 0)
+        return DataLoader(
+            batches,
+            batch_size=None,  # the stream yields whole batches
+            num_workers=self.num_workers,
+            # Workers are made afresh each epoch, so they see the epoch set_epoch gave.
+            persistent_workers=False,
+            pin_memory=torch.cuda.is_available(),
+        )
+
     def _loader(self, split: str, train: bool) -> DataLoader:
+        if train and self.stream:
+            self.prepare()
+            return self._stream_loader()
         dataset = self.tokenized(split)
         lengths = [len(ids) for ids in dataset["input_ids"]]
         if train:

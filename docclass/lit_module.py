@@ -179,7 +179,15 @@ class DocClassifierModule(pl.LightningModule):
             ],
             lr=self.hparams.lr,
         )
-        total = max(1, int(self.trainer.estimated_stepping_batches))
+        # Lightning answers max_steps (-1 unless set) for a training set without a length.
+        estimated = self.trainer.estimated_stepping_batches
+        if not math.isfinite(estimated) or estimated < 1:
+            raise ConfigError(
+                "a streamed training set without data.steps_per_epoch has no known length, so "
+                "the learning-rate schedule cannot be planned: set data.steps_per_epoch or "
+                "trainer.max_steps"
+            )
+        total = max(1, int(estimated))
         warmup = int(self.hparams.warmup_fraction * total)
 
         def schedule(step: int) -> float:
@@ -193,6 +201,13 @@ class DocClassifierModule(pl.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
         }
+
+    def on_train_epoch_start(self) -> None:
+        # Lightning sets the epoch on samplers, not on iterable datasets: a streamed training
+        # set would otherwise shuffle the same way every epoch.
+        dataset = getattr(self.trainer.train_dataloader, "dataset", None)
+        if hasattr(dataset, "set_epoch"):
+            dataset.set_epoch(self.current_epoch)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         # Plain types only, so the file loads with torch.load(weights_only=True).

@@ -47,3 +47,31 @@ def test_two_process_ddp_fit_trains_tests_and_reports_once(tmp_path):
     split = json.loads((run_dir / "split.json").read_text())
     assert [row["id"] for row in rows] == split["test"]
     assert not list(run_dir.glob("predictions.jsonl.rank*"))
+
+
+def test_two_process_ddp_fit_on_a_stream_runs_equal_steps(tmp_path):
+    from test_streaming import KEYWORDS, write_jsonl
+
+    from docclass.faithfulness import planted_keyword_corpus
+
+    # Three shards for two ranks: shares of unequal length, the case that hangs unless every
+    # rank runs the same number of steps.
+    rows = planted_keyword_corpus(100, KEYWORDS, seed=7)
+    for shard in range(3):
+        write_jsonl(tmp_path / f"train-{shard}.jsonl", rows[shard::3])
+    write_jsonl(tmp_path / "held_out.jsonl", planted_keyword_corpus(20, KEYWORDS, seed=8))
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "docclass.cli", "fit",
+        "--config", str(CONFIGS / "tiny.yaml"), "--config", str(CONFIGS / "ddp.yaml"),
+        "--trainer.accelerator", "cpu", "--trainer.devices", "2",
+        "--data.source", str(tmp_path / "held_out.jsonl"), "--data.max_docs_per_class", "null",
+        "--data.stream", str(tmp_path / "train-*.jsonl"), "--data.steps_per_epoch", "7",
+        "--trainer.callbacks=[]", "--report_after_fit", "false",
+        "--trainer.default_root_dir", str(run_dir),
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["global_steps"] == 7 * metrics["epochs_trained"] == 14
