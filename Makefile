@@ -12,7 +12,7 @@ PIP_FLAGS := $(if $(WHEELS),--find-links $(WHEELS),)
 CHROMIUM := $(shell command -v chromium 2>/dev/null)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: demo test test-full lint format seeds report-speed classify-memory serve-load batching-speed bench long-documents planted-keyword faithfulness browser clean
+.PHONY: demo test test-full lint format seeds report-speed classify-memory serve-load batching-speed bench long-documents planted-keyword faithfulness streaming-speed browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,9 @@ faithfulness: $(STAMP)  ## every faithfulness figure of the BBC test split, into
 	$(BIN)/docclass faithfulness --ckpt reports/bbc/checkpoints/last.ckpt \
 		--data configs/bbc.yaml --out reports/bbc/report
 	cp reports/bbc/report/faithfulness.json reports/faithfulness-bbc.json
+
+streaming-speed: $(STAMP)  ## the streamed training path beside the in-memory one on BBC (~3 min)
+	$(BIN)/python scripts/streaming_speed.py --out reports/streaming-speed.json
 
 planted-keyword: $(STAMP)  ## do the word scores find a planted deciding keyword? (~30 s)
 	$(BIN)/python scripts/planted_keyword.py --out reports/planted-keyword.json

@@ -289,3 +289,123 @@ def attention_scaling(
         )
         rows.append(row)
     return {"batch": batch, "d_model": d_model, "heads": n_heads, "window": window, "rows": rows}
+
+
+def streaming_speed(
+    config: str = "configs/bbc.yaml",
+    shards: int = 4,
+    max_batch_tokens: int = 16384,
+    rounds: int = 3,
+    train_steps: int = 12,
+) -> dict[str, Any]:
+    """The streamed training path against the in-memory one on the BBC training split.
+
+    The split is written as JSONL shards; per round (interleaved), each way reads one epoch of
+    batches — the streamed ways tokenizing as they go — and is timed, with its padding
+    efficiency. Then ``train_steps`` optimiser steps of the config's model on each way's
+    first batches give real tokens per second, where the padding shows.
+    """
+    import functools
+
+    import torch
+
+    from docclass.bench import load_config_datamodule
+    from docclass.callbacks import machine_summary
+    from docclass.data import collate
+    from docclass.lit_module import DocClassifierModule
+    from docclass.streaming import StreamedBatches, open_stream, padding_efficiency
+    from docclass.tokenizer import encode_batch
+
+    datamodule, model_section = load_config_datamodule(config)
+    datamodule.prepare()
+    train = datamodule.splits["train"]
+    names = datamodule.label_names
+    tokenizer = datamodule.tokenizer
+    with tempfile.TemporaryDirectory() as workdir:
+        for shard in range(shards):
+            with open(Path(workdir) / f"train-{shard}.jsonl", "w", encoding="utf-8") as handle:
+                for i in range(shard, len(train), shards):
+                    row = {"text": train[i]["text"], "label": names[train[i]["label"]]}
+                    handle.write(json.dumps(row) + "\n")
+
+        def streamed(bucket_documents: int, budget: int | None) -> StreamedBatches:
+            return StreamedBatches(
+                lambda: open_stream(str(Path(workdir) / "train-*.jsonl")),
+                lambda texts: [e.ids for e in encode_batch(tokenizer, texts)],
+                {name: i for i, name in enumerate(names)},
+                functools.partial(collate, pad_to_multiple=1),
+                datamodule.max_tokens,
+                datamodule.batch_size,
+                budget,
+                bucket_documents,
+            )
+
+        ways = {
+            "in memory (pre-tokenized, length-bucketed)": datamodule.train_dataloader,
+            f"streamed, buckets of 2,000 documents, budget {max_batch_tokens:,} tokens": (
+                lambda: streamed(2000, max_batch_tokens)
+            ),
+            "streamed, buckets of 2,000 documents, 32 documents per batch": (
+                lambda: streamed(2000, None)
+            ),
+            "streamed, no bucketing (buffer = one batch)": (
+                lambda: streamed(datamodule.batch_size, None)
+            ),
+        }
+        datamodule.tokenized("train")  # the in-memory way's one-off tokenization, not timed
+        epochs: dict[str, list[float]] = {name: [] for name in ways}
+        batches: dict[str, list] = {}
+        for _ in range(rounds):
+            for name, make in ways.items():
+                started = time.perf_counter()
+                batches[name] = list(make())
+                epochs[name].append(time.perf_counter() - started)
+
+        torch.manual_seed(0)
+        module = DocClassifierModule(
+            **model_section, num_classes=len(names),
+            vocab_size=tokenizer.get_vocab_size(),
+        )  # fmt: skip
+        module.train()
+        optimizer = torch.optim.AdamW(module.parameters(), lr=1e-4)
+        step_seconds: dict[str, list[float]] = {name: [] for name in ways}
+        real_tokens = {}
+        for _ in range(rounds):
+            for name in ways:
+                chosen = batches[name][:train_steps]
+                real_tokens[name] = sum(int(b["attention_mask"].sum()) for b in chosen)
+                started = time.perf_counter()
+                for batch in chosen:
+                    loss = module._shared_step(batch)[0]
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+                step_seconds[name].append(time.perf_counter() - started)
+
+    reference = next(iter(ways))
+    rows = {}
+    for name in ways:
+        epoch_s = statistics.median(epochs[name])
+        train_s = statistics.median(step_seconds[name])
+        rows[name] = {
+            "batches_per_epoch": len(batches[name]),
+            "documents_per_epoch": sum(len(b["labels"]) for b in batches[name]),
+            "padding_efficiency": round(padding_efficiency(batches[name]), 4),
+            "epoch_read_s": round(epoch_s, 2),
+            "documents_read_per_s": round(len(train) / epoch_s, 1),
+            "train_real_tokens_per_s": round(real_tokens[name] / train_s),
+        }
+    for row in rows.values():
+        row["train_speed_vs_in_memory"] = round(
+            row["train_real_tokens_per_s"] / rows[reference]["train_real_tokens_per_s"], 2
+        )
+    return {
+        "config": config,
+        "train_documents": len(train),
+        "shards": shards,
+        "rounds": rounds,
+        "train_steps": train_steps,
+        "ways": rows,
+        "torch_threads": torch.get_num_threads(),
+        "machine": machine_summary(),
+    }

@@ -45,3 +45,21 @@ def test_training_throughput_compares_like_with_like(tmp_path):
     assert all(row["real_tokens_per_s"] > 0 for row in contenders.values())
     sizes = figures["parameters"]
     assert sizes["nn.TransformerEncoder"] == pytest.approx(sizes["docclass"], rel=0.2)
+
+
+def test_streaming_speed_reads_every_document_each_way(tmp_path):
+    from docclass.benchmarks import streaming_speed
+
+    config = yaml.safe_load((CONFIGS / "tiny.yaml").read_text())
+    config["data"]["max_tokens"] = 400
+    config["data"]["max_docs_per_class"] = 40
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    figures = streaming_speed(str(tmp_path / "config.yaml"), rounds=1, train_steps=2)
+    ways = figures["ways"]
+    assert len(ways) == 4
+    for row in ways.values():
+        assert row["documents_per_epoch"] == figures["train_documents"] == 200
+    unbucketed = ways["streamed, no bucketing (buffer = one batch)"]
+    for name, row in ways.items():
+        if row is not unbucketed:
+            assert row["padding_efficiency"] > unbucketed["padding_efficiency"], name
