@@ -191,13 +191,18 @@ def test_report_command_from_a_config_and_from_an_unlabelled_file(fitted, tmp_pa
     assert [r["id"] for r in records] == split["test"][:20]  # the very split training held out
     index = (tmp_path / "test" / "index.html").read_text(encoding="utf-8")
     assert "Training curves" in index and "test accuracy" in index  # the run's own figures
+    assert all(r["faithfulness"]["methods"]["random"] for r in records)
+    assert 'id="faithfulness-table"' in index
 
     data = tmp_path / "new.jsonl"
     data.write_text("".join(json.dumps({"body": t}) + "\n" for t in HOSTILE))
     main(["report", "--ckpt", ckpt, "--data", str(data), "--text-column", "body",
-          "--label-column", "none", "--out", str(tmp_path / "new")])  # fmt: skip
+          "--label-column", "none", "--out", str(tmp_path / "new"),
+          "--no-faithfulness"])  # fmt: skip
     records = read_jsonl(tmp_path / "new" / "explanations.jsonl")
     assert [r["text"] for r in records] == HOSTILE and records[0]["label"] is None
+    assert not any("faithfulness" in r for r in records)
+    assert "faithfulness-table" not in (tmp_path / "new" / "index.html").read_text()
 
 
 def test_fit_ends_with_the_test_report_and_attention_snapshots(fitted):
