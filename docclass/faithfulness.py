@@ -105,6 +105,7 @@ def planted_keyword_hits(
     from docclass.checkpoint import load_classifier
     from docclass.cli import main
     from docclass.explain import explain_documents
+    from docclass.trust import permuted_pool
 
     root = Path(workdir)
     root.mkdir(parents=True, exist_ok=True)
@@ -139,7 +140,14 @@ def planted_keyword_hits(
             )
             for method in records[0]["scores"]
         }
-        results[f"{blocks} blocks"] = {"test_accuracy": accuracy, "keyword_ranked_first": hits}
+        # How much the pool's weights decide: shuffled over each document, the prediction moves
+        # far when only the pool singles out the keyword, little when a block has spread it.
+        permuted = permuted_pool(classifier, [row["text"] for row in held_out], permutations=10)
+        results[f"{blocks} blocks"] = {
+            "test_accuracy": accuracy,
+            "keyword_ranked_first": hits,
+            "permuted_pool": permuted,
+        }
     return {"held_out_documents": len(held_out), "epochs": epochs, "runs": results}
 
 

@@ -27,6 +27,12 @@ def main() -> None:
     for name, run in figures["runs"].items():
         hits = ", ".join(f"{m} {v:.0%}" for m, v in run["keyword_ranked_first"].items())
         print(f"{name} (test acc {run['test_accuracy']:.3f}): keyword ranked first — {hits}")
+        permuted = run["permuted_pool"]
+        print(
+            f"  pool weights shuffled: median total variation "
+            f"{permuted['median_total_variation']}, "
+            f"{permuted['documents_any_label_change']:.0%} of documents change label"
+        )
 
 
 if __name__ == "__main__":
