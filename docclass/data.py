@@ -7,6 +7,7 @@ T is the longest document in the batch (capped at ``max_tokens``), never a globa
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -23,7 +24,7 @@ from torch.utils.data import BatchSampler, DataLoader, Sampler, SequentialSample
 from docclass.checkpoint import read_artifact
 from docclass.errors import DataError
 from docclass.sources import SourceSpec, load_source
-from docclass.streaming import StreamedBatches, open_stream, stream_sample
+from docclass.streaming import StreamedBatches, budget_batches, open_stream, stream_sample
 from docclass.tokenizer import PAD_ID, TokenizerSpec, encode_batch, load_tokenizer, train_tokenizer
 
 log = logging.getLogger(__name__)
@@ -149,14 +150,21 @@ class BucketBatchSampler(BatchSampler):
     ``bucket_batches · batch_size`` of them is sorted by length and cut into batches, and the
     batches are yielded in an order shuffled by ``seed`` (or kept, for evaluation).
 
+    With ``max_batch_tokens`` a batch is also closed before its padded size (documents ×
+    longest) would pass the budget, so batches of short documents hold more of them. Batch
+    counts then differ between DDP ranks, and a rank that finishes early would leave the
+    others waiting in the gradient all-reduce: every rank works out every rank's count (their
+    shares are deterministic) and repeats its first batches up to the largest.
+
     Args:
         sampler: where indices come from; Lightning swaps in a distributed one under DDP.
-        batch_size: documents per batch.
-        drop_last: drop the last short batch.
+        batch_size: documents per batch (the most, with a token budget).
+        drop_last: drop the last short batch (without a token budget).
         lengths: token count of every document, by index.
         bucket_batches: how many batches share one sorting window.
         shuffle: shuffle batch order within a window.
         seed: seed for that shuffle.
+        max_batch_tokens: most padded tokens per batch; None cuts by ``batch_size`` alone.
     """
 
     def __init__(
@@ -168,12 +176,14 @@ class BucketBatchSampler(BatchSampler):
         bucket_batches: int = 50,
         shuffle: bool = True,
         seed: int = 0,
+        max_batch_tokens: int | None = None,
     ) -> None:
         super().__init__(sampler, batch_size, drop_last)
         self.lengths = lengths
         self.bucket_batches = bucket_batches
         self.shuffle = shuffle
         self.seed = seed
+        self.max_batch_tokens = max_batch_tokens
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -182,24 +192,55 @@ class BucketBatchSampler(BatchSampler):
         through the sampler, and their batch order depends on the seed alone."""
         self.epoch = epoch
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def _batches(self, indices: list[int]) -> list[list[int]]:
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
         window = self.bucket_batches * self.batch_size
-        indices = list(self.sampler)
+        result: list[list[int]] = []
         for start in range(0, len(indices), window):
             chunk = sorted(indices[start : start + window], key=lambda i: self.lengths[i])
-            batches = [
-                chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)
-            ]
-            if self.drop_last and len(batches[-1]) < self.batch_size:
-                batches.pop()
+            if self.max_batch_tokens:
+                cut = budget_batches(
+                    [self.lengths[i] for i in chunk], self.max_batch_tokens, self.batch_size
+                )
+                batches = [[chunk[i] for i in batch] for batch in cut]
+            else:
+                batches = [
+                    chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)
+                ]
+                if self.drop_last and len(batches[-1]) < self.batch_size:
+                    batches.pop()
             order = (
                 torch.randperm(len(batches), generator=generator).tolist()
                 if self.shuffle
                 else range(len(batches))
             )
-            for b in order:
-                yield batches[b]
+            result += [batches[b] for b in order]
+        return result
+
+    def _batches_per_rank(self) -> int:
+        """The largest number of batches any rank gets this epoch."""
+        replicas = getattr(self.sampler, "num_replicas", 1)
+        if replicas == 1:
+            return len(self._batches(list(self.sampler)))
+        counts = []
+        for rank in range(replicas):
+            share = copy.copy(self.sampler)
+            share.rank = rank
+            counts.append(len(self._batches(list(share))))
+        return max(counts)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batches = self._batches(list(self.sampler))
+        if self.max_batch_tokens and batches:
+            wanted = self._batches_per_rank()
+            while len(batches) < wanted:
+                batches += batches[: wanted - len(batches)]
+        yield from batches
+
+    def __len__(self) -> int:
+        if self.max_batch_tokens:
+            return self._batches_per_rank()
+        return super().__len__()
 
 
 def collate(rows: list[dict], pad_to_multiple: int = 1) -> dict[str, torch.Tensor]:
@@ -248,8 +289,8 @@ class DocDataModule(pl.LightningDataModule):
         stream: train on documents read lazily from this glob of JSONL / CSV / Parquet files
             or hub dataset (its ``train_split``), for corpora larger than memory; ``source``
             then supplies validation and test only (:mod:`docclass.streaming`).
-        max_batch_tokens: with ``stream``, cut training batches by padded tokens
-            (documents × longest) instead of by ``batch_size`` alone.
+        max_batch_tokens: cut training batches by padded tokens (documents × longest) as
+            well as by ``batch_size``, so short documents travel in larger batches.
         steps_per_epoch: with ``stream``, batches per epoch on every rank (required under DDP).
         bucket_documents: with ``stream``, documents sorted by length together.
         shuffle_buffer: with ``stream``, documents in ``datasets``' shuffle buffer.
@@ -293,10 +334,10 @@ class DocDataModule(pl.LightningDataModule):
         ):
             if value is not None and value < 1:
                 raise DataError(f"data.{name} must be positive or null, got {value}")
-        if (max_batch_tokens or steps_per_epoch) and not stream:
+        if steps_per_epoch and not stream:
             raise DataError(
-                "data.max_batch_tokens and data.steps_per_epoch apply to a streamed training "
-                "set: set data.stream, or use data.batch_size"
+                "data.steps_per_epoch applies to a streamed training set: set data.stream, or "
+                "use trainer.limit_train_batches"
             )
         self.stream, self.max_batch_tokens, self.steps_per_epoch = (
             stream,
@@ -551,6 +592,7 @@ class DocDataModule(pl.LightningDataModule):
             lengths=lengths,
             shuffle=train,
             seed=self.seed,
+            max_batch_tokens=self.max_batch_tokens if train else None,
         )
         return DataLoader(
             dataset,

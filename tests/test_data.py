@@ -126,6 +126,38 @@ class TestBucketBatchSampler:
         )
         assert [len(b) for b in sampler] == [32, 32]
 
+    def test_token_budget_holds_and_every_index_comes_once(self):
+        lengths = torch.randint(1, 500, (1000,)).tolist()
+        sampler = BucketBatchSampler(
+            torch.utils.data.RandomSampler(range(1000)), 64, False, lengths, seed=3,
+            max_batch_tokens=4096,
+        )  # fmt: skip
+        batches = list(sampler)
+        assert sorted(i for b in batches for i in b) == list(range(1000))
+        for batch in batches:
+            assert len(batch) <= 64 and len(batch) * max(lengths[i] for i in batch) <= 4096
+        assert len(sampler) == len(batches)
+        # Short documents travel in larger batches than long ones.
+        assert len(batches[[min(lengths[i] for i in b) for b in batches].index(1)]) == 64
+
+    def test_token_budget_gives_every_ddp_rank_the_same_number_of_batches(self):
+        # Rank 0 gets the short documents, rank 1 the long ones: very different batch counts
+        # under a budget, which would leave rank 0 waiting in the all-reduce.
+        lengths = [10 if i % 2 == 0 else 400 for i in range(400)]
+        shares = []
+        for rank in (0, 1):
+            distributed = torch.utils.data.DistributedSampler(
+                range(400), num_replicas=2, rank=rank, shuffle=False
+            )
+            sampler = BucketBatchSampler(
+                distributed, 32, False, lengths, max_batch_tokens=1600, shuffle=False
+            )
+            shares.append(list(sampler))
+            assert len(sampler) == len(shares[-1])
+        assert len(shares[0]) == len(shares[1]) == 200 // 4  # rank 1: 4 documents of 400
+        assert {i for b in shares[0] for i in b} == set(range(0, 400, 2))
+        assert {i for b in shares[1] for i in b} == set(range(1, 400, 2))
+
 
 def test_collate_pads_and_masks():
     rows = [

@@ -173,7 +173,7 @@ def test_fit_learns_from_a_stream(corpus, tmp_path):
 
 def test_stream_options_need_a_stream():
     with pytest.raises(DataError, match="set data.stream"):
-        DocDataModule(max_batch_tokens=4096)
+        DocDataModule(steps_per_epoch=100)
 
 
 @pytest.mark.fault(
