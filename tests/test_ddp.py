@@ -60,37 +60,34 @@ def test_two_process_ddp_fit_on_a_stream_runs_equal_steps(tmp_path):
     for shard in range(3):
         write_jsonl(tmp_path / f"train-{shard}.jsonl", rows[shard::3])
     write_jsonl(tmp_path / "held_out.jsonl", planted_keyword_corpus(20, KEYWORDS, seed=8))
-    run_dir = tmp_path / "run"
-    command = [
-        sys.executable, "-m", "docclass.cli", "fit",
-        "--config", str(CONFIGS / "tiny.yaml"), "--config", str(CONFIGS / "ddp.yaml"),
-        "--trainer.accelerator", "cpu", "--trainer.devices", "2",
+    metrics = quick_ddp_fit(
+        tmp_path / "run",
         "--data.source", str(tmp_path / "held_out.jsonl"), "--data.max_docs_per_class", "null",
         "--data.stream", str(tmp_path / "train-*.jsonl"), "--data.steps_per_epoch", "7",
-        "--trainer.callbacks=[]", "--report_after_fit", "false",
-        "--trainer.default_root_dir", str(run_dir),
-    ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    )  # fmt: skip
     assert metrics["global_steps"] == 7 * metrics["epochs_trained"] == 14
 
 
 def test_two_process_ddp_fit_with_a_token_budget_runs_equal_steps(tmp_path):
-    run_dir = tmp_path / "budget"
-    command = [
-        sys.executable, "-m", "docclass.cli", "fit",
-        "--config", str(CONFIGS / "tiny.yaml"), "--config", str(CONFIGS / "ddp.yaml"),
-        "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.max_epochs", "1",
-        "--data.max_batch_tokens", "512", "--trainer.callbacks=[]", "--report_after_fit", "false",
-        "--trainer.default_root_dir", str(run_dir),
-    ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics = quick_ddp_fit(
+        tmp_path / "budget", "--trainer.max_epochs", "1", "--data.max_batch_tokens", "512"
+    )
     # The tiny config's documents are cut at 64 tokens, so a 512-token budget holds 8 of them:
     # each rank runs ceil(ceil(train / 2) / 8) steps, not the 16-document batches' count.
     per_rank = math.ceil(metrics["data"]["train_documents"] / 2)
     assert metrics["global_steps"] == math.ceil(per_rank / 8)
+
+
+def quick_ddp_fit(run_dir, *options: str) -> dict:
+    """``fit`` on the tiny config in two gloo processes, no report; its metrics.json."""
+    command = [
+        sys.executable, "-m", "docclass.cli", "fit",
+        "--config", str(CONFIGS / "tiny.yaml"), "--config", str(CONFIGS / "ddp.yaml"),
+        "--trainer.accelerator", "cpu", "--trainer.devices", "2",
+        "--trainer.callbacks=[]", "--report_after_fit", "false",
+        "--trainer.default_root_dir", str(run_dir), *options,
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((run_dir / "metrics.json").read_text())
