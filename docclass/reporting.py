@@ -21,7 +21,7 @@ from docclass.data import DocDataModule
 from docclass.errors import DataError
 from docclass.explain import explain_documents, write_jsonl
 from docclass.faithfulness import document_faithfulness
-from docclass.report.html import write_report
+from docclass.report.html import FAITHFULNESS_FILE, write_report
 from docclass.sources import SourceSpec, load_source
 
 log = logging.getLogger(__name__)
@@ -133,6 +133,11 @@ def make_report(
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    stale = out_dir / FAITHFULNESS_FILE
+    if stale.is_file():
+        # Its figures describe the model and documents of the report being replaced.
+        stale.unlink()
+        log.info("removed %s: run 'docclass faithfulness' again for the new report", stale)
     texts, ids, labels = documents.texts, documents.ids, documents.labels
     if limit is not None:
         texts, ids, labels = texts[:limit], ids[:limit], labels[:limit]

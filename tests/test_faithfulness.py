@@ -154,3 +154,8 @@ def test_faithfulness_command_writes_table_plot_checks_and_updates_the_report(
     index = (out / "index.html").read_text(encoding="utf-8")
     assert 'id="sanity-table"' in index and "Permuted pool" in index
     assert "integrated gradients" in index
+    # A new report in the folder drops the old figures rather than show them beside new ones.
+    main(["report", "--ckpt", ckpt, "--data", str(CONFIGS / "tiny.yaml"), "--out", str(out),
+          "--limit", "4"])  # fmt: skip
+    assert not (out / "faithfulness.json").exists()
+    assert "sanity-table" not in (out / "index.html").read_text(encoding="utf-8")
