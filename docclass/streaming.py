@@ -73,7 +73,13 @@ def open_stream(
                 f"data.stream {stream!r}: files must all be one of "
                 f"{sorted(FILE_FORMATS)}, got {sorted({Path(f).suffix for f in files})}"
             )
-        loaded = datasets.load_dataset(kinds.pop(), data_files=files, split="train", streaming=True)
+        try:
+            # datasets reads the first rows here to learn the columns.
+            loaded = datasets.load_dataset(
+                kinds.pop(), data_files=files, split="train", streaming=True
+            )
+        except StopIteration as error:
+            raise DataError(f"data.stream {stream!r} holds no documents") from error
     else:
         try:
             loaded = datasets.load_dataset(stream, hub_config, split=split, streaming=True)
@@ -95,6 +101,17 @@ def open_stream(
     if label_column != "label":
         loaded = loaded.rename_column(label_column, "label")
     return loaded.select_columns(["text", "label"])
+
+
+def checked_rows(documents: Iterable[dict]) -> Iterator[dict]:
+    """The stream's rows, a file that is not UTF-8 said in one line."""
+    try:
+        yield from documents
+    except UnicodeDecodeError as error:
+        raise DataError(
+            f"data.stream: a file is not valid UTF-8 ({error.reason} at byte {error.start}); "
+            "re-encode the shards as UTF-8"
+        ) from error
 
 
 def process_rank() -> tuple[int, int]:
@@ -223,7 +240,7 @@ class StreamedBatches(IterableDataset):
             ((self.seed * 1_000_003 + self.epoch) * 1_009 + pass_index) * 101 + worker_id
         )
         buffer: list[dict] = []
-        for row in self._share(pass_index):
+        for row in checked_rows(self._share(pass_index)):
             buffer.append(row)
             if len(buffer) == self.bucket_documents:
                 yield from self._cut(buffer, generator)
@@ -263,7 +280,7 @@ class StreamedBatches(IterableDataset):
 def stream_sample(documents: Iterable[dict], size: int) -> list[str]:
     """The first ``size`` non-empty texts of a stream (what the tokenizer is trained on)."""
     texts = []
-    for row in documents:
+    for row in checked_rows(documents):
         if row["text"] and row["text"].strip():
             texts.append(row["text"])
             if len(texts) == size:

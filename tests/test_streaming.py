@@ -3,6 +3,7 @@ budget, shared between ranks and workers, and a fit that learns from it."""
 
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from conftest import CONFIGS
@@ -11,7 +12,13 @@ from torch.utils.data import DataLoader
 from docclass.data import DocDataModule, collate
 from docclass.errors import DataError
 from docclass.faithfulness import planted_keyword_corpus
-from docclass.streaming import StreamedBatches, budget_batches, open_stream, padding_efficiency
+from docclass.streaming import (
+    StreamedBatches,
+    budget_batches,
+    checked_rows,
+    open_stream,
+    padding_efficiency,
+)
 
 KEYWORDS = ("zorblax", "quintessa", "vermilox")
 
@@ -143,14 +150,29 @@ def test_unknown_stream_label_is_one_line_naming_the_fix(corpus, tmp_path):
     assert "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize(
-    ("stream", "message"),
-    [("nowhere/*.jsonl", "matches no files"), ("{root}/train-0.jsonl", "no column 'body'")],
+@pytest.mark.fault(
+    "a stream that matches no files, lacks the text column, is empty, or is not UTF-8",
+    "one line naming the stream and the fix",
 )
-def test_bad_stream_is_one_line(corpus, stream, message):
+@pytest.mark.parametrize(
+    ("stream", "content", "message"),
+    [
+        ("nowhere/*.jsonl", None, "matches no files"),
+        ("{root}/train-0.jsonl", None, "no column 'body'"),
+        ("{tmp}/empty.jsonl", b"", "holds no documents"),
+        ("{tmp}/latin1.jsonl", '{"body": "café", "label": "x"}\n'.encode("latin-1"),
+         "not valid UTF-8"),
+    ],
+    ids=["no files", "no column", "empty", "not UTF-8"],
+)  # fmt: skip
+def test_bad_stream_is_one_line(corpus, tmp_path, stream, content, message):
     root, _ = corpus
-    with pytest.raises(DataError, match=message):
-        open_stream(stream.format(root=root), text_column="body")
+    path = stream.format(root=root, tmp=tmp_path)
+    if content is not None:
+        Path(path).write_bytes(content)
+    with pytest.raises(DataError, match=message) as error:
+        list(checked_rows(open_stream(path, text_column="body")))
+    assert "\n" not in str(error.value)
 
 
 def test_fit_learns_from_a_stream(corpus, tmp_path):
