@@ -231,7 +231,8 @@ class BucketBatchSampler(BatchSampler):
 
     def __iter__(self) -> Iterator[list[int]]:
         batches = self._batches(list(self.sampler))
-        if self.max_batch_tokens and batches:
+        # One process has nobody to wait for: no need to count the other shares.
+        if self.max_batch_tokens and batches and getattr(self.sampler, "num_replicas", 1) > 1:
             wanted = self._batches_per_rank()
             while len(batches) < wanted:
                 batches += batches[: wanted - len(batches)]
