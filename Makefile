@@ -37,28 +37,28 @@ test-full: $(STAMP) browser  ## every test, slow ones included
 	DOCCLASS_REQUIRE_BROWSER=1 $(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check docclass tests scripts
-	$(BIN)/ruff format --check docclass tests scripts
+	$(BIN)/ruff check docclass benchmarks scripts tests
+	$(BIN)/ruff format --check docclass benchmarks scripts tests
 
 format: $(STAMP)
-	$(BIN)/ruff format docclass tests scripts
-	$(BIN)/ruff check --fix docclass tests scripts
+	$(BIN)/ruff format docclass benchmarks scripts tests
+	$(BIN)/ruff check --fix docclass benchmarks scripts tests
 
 seeds: $(STAMP)  ## the default config over three seeds: the spread the README quotes
-	$(BIN)/python scripts/seeds.py configs/bbc.yaml --seeds 0 1 2 --out reports/seeds/bbc \
+	$(BIN)/python -m scripts.seeds configs/bbc.yaml --seeds 0 1 2 --out reports/seeds/bbc \
 		--summary reports/bbc-seeds.json
 
 report-speed: $(STAMP)  ## time the HTML report of the BBC test split (needs `make demo` first)
-	$(BIN)/python scripts/report_speed.py --ckpt reports/bbc/checkpoints/last.ckpt \
+	$(BIN)/python -m scripts.report_speed --ckpt reports/bbc/checkpoints/last.ckpt \
 		--data configs/bbc.yaml --out reports/report-speed.json
 
 classify-memory: $(STAMP)  ## peak memory of `docclass classify` as the corpus grows (after `make demo`)
-	$(BIN)/python scripts/classify_memory.py --ckpt reports/bbc/checkpoints/last.ckpt \
+	$(BIN)/python -m scripts.classify_memory --ckpt reports/bbc/checkpoints/last.ckpt \
 		--sizes 2000 20000 200000 --out reports/classify-memory.json
 
 bench: $(STAMP)  ## docclass vs nn.TransformerEncoder, inference, anchors (after `make demo`; ~6 min)
 	$(BIN)/python -m pip install --quiet $(PIP_FLAGS) -e ".[bench]"
-	$(BIN)/python scripts/bench.py --ckpt reports/bbc/checkpoints/last.ckpt --out reports/bench
+	$(BIN)/python -m scripts.bench --ckpt reports/bbc/checkpoints/last.ckpt --out reports/bench
 
 faithfulness: $(STAMP)  ## every faithfulness figure of the BBC test split, into the demo's report (after `make demo`; ~5 min)
 	$(BIN)/docclass faithfulness --ckpt reports/bbc/checkpoints/last.ckpt \
@@ -66,20 +66,20 @@ faithfulness: $(STAMP)  ## every faithfulness figure of the BBC test split, into
 	cp reports/bbc/report/faithfulness.json reports/faithfulness-bbc.json
 
 streaming-speed: $(STAMP)  ## the streamed training path beside the in-memory one on BBC (~3 min)
-	$(BIN)/python scripts/streaming_speed.py --out reports/streaming-speed.json
+	$(BIN)/python -m scripts.streaming_speed --out reports/streaming-speed.json
 
 planted-keyword: $(STAMP)  ## do the word scores find a planted deciding keyword? (~30 s)
-	$(BIN)/python scripts/planted_keyword.py --out reports/planted-keyword.json
+	$(BIN)/python -m scripts.planted_keyword --out reports/planted-keyword.json
 
 long-documents: $(STAMP)  ## full vs windowed attention, 512 to 8,192 tokens (speed and memory)
-	$(BIN)/python scripts/long_documents.py --out reports/long-documents.json
+	$(BIN)/python -m scripts.long_documents --out reports/long-documents.json
 
 batching-speed: $(STAMP)  ## documents of mixed length: one at a time vs padded batch vs length_batches
-	$(BIN)/python scripts/batching_speed.py --ckpt reports/bbc/checkpoints/last.ckpt \
+	$(BIN)/python -m scripts.batching_speed --ckpt reports/bbc/checkpoints/last.ckpt \
 		--out reports/batching-speed.json
 
 serve-load: $(STAMP)  ## 8 clients x 100 requests against `docclass serve`, batching off vs on (after `make demo`)
-	$(BIN)/python scripts/serve_load.py --ckpt reports/bbc/checkpoints/last.ckpt \
+	$(BIN)/python -m scripts.serve_load --ckpt reports/bbc/checkpoints/last.ckpt \
 		--clients 8 --requests 100 --out reports/serve-load.json
 
 clean:

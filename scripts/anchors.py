@@ -1,7 +1,7 @@
 """TF-IDF + linear SVM accuracy on docclass's de-duplicated BBC splits.
 
 Example:
-    python scripts/anchors.py --split-seeds 0 1 --out reports/bbc-anchors.json
+    python -m scripts.anchors --split-seeds 0 1 --out reports/bbc-anchors.json
 """
 
 import argparse
@@ -9,10 +9,10 @@ import json
 import logging
 from pathlib import Path
 
-from docclass.anchors import tfidf_svm_anchor
-from docclass.callbacks import machine_summary
-from docclass.data import DocDataModule
-from docclass.tokenizer import TokenizerSpec
+from benchmarks.anchors import tfidf_svm_anchor
+from docclass.data.datamodule import DocDataModule
+from docclass.data.tokenizer import TokenizerSpec
+from docclass.train.callbacks import machine_summary
 
 parser = argparse.ArgumentParser(
     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import datasets
 
-from docclass.benchmarks import batching_speed
-from docclass.sources import SourceSpec, load_source
+from benchmarks.measures import batching_speed
+from docclass.data.sources import SourceSpec, load_source
 
 
 def main() -> None:

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import datasets
 
-from docclass.anchors import tfidf_svm_anchor
-from docclass.bench import (
+from benchmarks.anchors import tfidf_svm_anchor
+from benchmarks.throughput import (
     bench_markdown,
     fasttext_anchor,
     inference_throughput,
     load_config_datamodule,
     training_throughput,
 )
-from docclass.callbacks import machine_summary
+from docclass.train.callbacks import machine_summary
 
 
 def main() -> None:
@@ -40,7 +40,7 @@ def main() -> None:
     started = time.perf_counter()
     datamodule, model_section = load_config_datamodule(args.config)
     figures = {
-        "command": "python scripts/bench.py " + shlex.join(sys.argv[1:]),
+        "command": "python -m scripts.bench " + shlex.join(sys.argv[1:]),
         "machine": machine_summary(),
         "config": args.config,
         "rounds": args.rounds,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import datasets
 
-from docclass.benchmarks import classify_memory
+from benchmarks.measures import classify_memory
 
 
 def main() -> None:

@@ -1,14 +1,14 @@
 """Full vs windowed self-attention as documents grow: `make long-documents`.
 
 Training-step time and memory of the default block at 512 … 8,192 tokens (speed only; the
-accuracy comparison is `scripts/seeds.py` on configs/bbc-long.yaml vs truncation at 512).
+accuracy comparison is `python -m scripts.seeds` on configs/bbc-long.yaml vs truncation at 512).
 """
 
 import argparse
 import json
 from pathlib import Path
 
-from docclass.benchmarks import attention_scaling
+from benchmarks.measures import attention_scaling
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import datasets
 
-from docclass.faithfulness import planted_keyword_hits
+from benchmarks.planted_keyword import planted_keyword_hits
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import datasets
 
-from docclass.reporting import time_report
+from benchmarks.measures import time_report
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Spread of a config over seeds; extra ``docclass fit`` arguments go after ``--``.
 
 Example:
-    python scripts/seeds.py configs/bbc.yaml --seeds 0 1 2 --out reports/seeds/bbc \\
+    python -m scripts.seeds configs/bbc.yaml --seeds 0 1 2 --out reports/seeds/bbc \\
         --summary reports/bbc-seeds.json -- --model.n_layers 2
 """
 
@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from docclass.seeds import run_seeds
+from benchmarks.seeds import run_seeds
 
 argv = sys.argv[1:]
 overrides = argv[argv.index("--") + 1 :] if "--" in argv else []

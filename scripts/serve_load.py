@@ -10,8 +10,8 @@ from pathlib import Path
 
 import datasets
 
-from docclass.benchmarks import serve_load
-from docclass.sources import SourceSpec, load_source
+from benchmarks.measures import serve_load
+from docclass.data.sources import SourceSpec, load_source
 
 
 def main() -> None:
@@ -33,8 +33,8 @@ def main() -> None:
         # The default (request batching) against none, and against the garbage collector left
         # to walk everything torch loaded, side by side in one run.
         server_settings={
-            "default (--max-batch-size 16, 5 ms wait)": {},
-            "no request batching (--max-batch-size 1)": {"args": ["--max-batch-size", "1"]},
+            "default (--max_batch_size 16, 5 ms wait)": {},
+            "no request batching (--max_batch_size 1)": {"args": ["--max_batch_size", "1"]},
             "default without gc.freeze (DOCCLASS_SERVE_GC_FREEZE=0)": {
                 "env": {"DOCCLASS_SERVE_GC_FREEZE": "0"}
             },

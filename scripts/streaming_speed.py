@@ -6,7 +6,7 @@ from pathlib import Path
 
 import datasets
 
-from docclass.benchmarks import streaming_speed
+from benchmarks.measures import streaming_speed
 
 
 def main() -> None:

@@ -9,25 +9,12 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
-CONFIGS = REPO / "configs"
+from helpers import CONFIGS  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def _seeded() -> None:
     torch.manual_seed(0)
-
-
-def padded_batch(
-    lengths: list[int], vocab: int = 50, extra_padding: int = 0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random token ids with the given real lengths, padded with id 0 to the longest (+ extra)."""
-    width = max(lengths) + extra_padding
-    ids = torch.zeros(len(lengths), width, dtype=torch.long)
-    for row, length in enumerate(lengths):
-        ids[row, :length] = torch.randint(2, vocab, (length,))
-    return ids, ids != 0
 
 
 @pytest.fixture(scope="session")

@@ -6,13 +6,12 @@ import sys
 
 import pytest
 import torch
-from conftest import CONFIGS
-from test_data import write_ag_news_like
+from helpers import CONFIGS, write_ag_news_like
 
-from docclass.checkpoint import ARTIFACT_KEY, read_artifact
 from docclass.cli import DocClassCLI, main
-from docclass.data import DocDataModule
-from docclass.lit_module import DocClassifierModule
+from docclass.data.artifact import ARTIFACT_KEY, read_artifact
+from docclass.data.datamodule import DocDataModule
+from docclass.train.lit_module import DocClassifierModule
 
 TINY = str(CONFIGS / "tiny.yaml")
 
@@ -297,7 +296,7 @@ def test_console_script_help():
 def test_report_help_and_its_one_line_errors(capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
         run_cli("report", "--help")
-    assert exit_info.value.code == 0 and "--all-classes" in capsys.readouterr().out
+    assert exit_info.value.code == 0 and "--all_classes" in capsys.readouterr().out
     line = one_line_failure(
         capsys, "report", "--ckpt", str(tmp_path / "none.ckpt"), "--data", TINY, "--out", "x"
     )

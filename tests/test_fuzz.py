@@ -10,14 +10,13 @@ classification must give one row per document.
 import math
 
 import pytest
+from helpers import LABELS, parsed_page, tiny_classifier
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from test_explain import LABELS, tiny_classifier
-from test_report import parsed_page
 
-from docclass.api import DocClassifier
-from docclass.classify import InputDocument, classify_documents
-from docclass.explain import explain_documents
+from docclass.inference.classifier import DocClassifier
+from docclass.inference.classify import InputDocument, classify_documents
+from docclass.interpret.explain import explain_documents
 from docclass.report.html import document_filename, write_report
 
 NASTY = [

@@ -4,11 +4,11 @@ Regenerate after adding or changing a mark:
     DOCCLASS_WRITE_RELIABILITY=1 .venv/bin/python -m pytest tests/test_reliability_doc.py
 """
 
-import importlib
+import importlib.util
 import os
 from pathlib import Path
 
-from conftest import REPO
+from helpers import REPO
 
 DOC = REPO / "docs" / "reliability.md"
 HEADER = """# What docclass was made to survive
@@ -25,15 +25,18 @@ runs them all.
 
 def fault_rows() -> list[tuple[str, str, str]]:
     rows = []
-    for path in sorted((REPO / "tests").glob("test_*.py")):
-        module = importlib.import_module(path.stem)
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        # By file: the test folders mirror the package and are not packages themselves.
+        spec = importlib.util.spec_from_file_location(f"_faults_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
         for name, function in vars(module).items():
             if not name.startswith("test_") or not callable(function):
                 continue
             for mark in getattr(function, "pytestmark", []):
                 if mark.name == "fault":
                     what, outcome = mark.args
-                    rows.append((what, outcome, f"`tests/{path.name}::{name}`"))
+                    rows.append((what, outcome, f"`{path.relative_to(REPO)}::{name}`"))
     return rows
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import csv
 import io
+import json
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -134,3 +135,21 @@ def removal_curves_figure(tables: dict[str, dict], fractions: Sequence[float]) -
         axis.legend(fontsize=8)
     figure.tight_layout()
     return figure
+
+
+def write_run_figures(run_dir: str | Path) -> list[Path]:
+    """``confusion_matrix.png`` and ``training_curves.png`` of a run, from its ``metrics.json``
+    (and the CSV metric log it names); returns the files written."""
+    run_dir = Path(run_dir)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    test = metrics["test"]
+    written = [run_dir / "confusion_matrix.png"]
+    save_png(
+        confusion_matrix_figure(np.asarray(test["confusion_matrix"]), test["label_names"]),
+        written[0],
+    )
+    metric_log = metrics.get("metric_log")
+    if metric_log and Path(metric_log).is_file():
+        written.append(run_dir / "training_curves.png")
+        save_png(training_curves_figure(metric_log), written[1])
+    return written

@@ -20,8 +20,14 @@ from typing import Any
 import numpy as np
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from docclass.explain import SIGNED_METHODS, read_jsonl
-from docclass.faithfulness import FRACTIONS, aggregate_faithfulness, beats_random
+from docclass.interpret.records import (
+    METHODS,
+    RECORD_METHODS,
+    SIGNED_METHODS,
+    method_label,
+    read_jsonl,
+)
+from docclass.metrics import classification_scores
 from docclass.report.figures import (
     confusion_matrix_figure,
     entropy_histogram_figure,
@@ -31,7 +37,6 @@ from docclass.report.figures import (
 )
 from docclass.report.summaries import (
     LOW_CONFIDENCE,
-    classification_scores,
     confusion,
     document_order,
     head_entropies,
@@ -46,35 +51,8 @@ MINIMAP_BINS = 80
 TOP_SENTENCES = 8
 TOP_WORDS_MIN_DOCUMENTS = 3
 
-METHOD_HELP = {
-    "attention": "the global pool's weight on each word (mean over its heads unless one head is "
-    "chosen); sums to 1 over the words read.",
-    "contribution": "the word's exact share of the class logit: the read-out after the pool is "
-    "linear, so shares plus a constant bias give the logit. Red pushes towards the class, blue "
-    "away.",
-    "rollout": "attention rollout: the pool's weights carried back through every self-attention "
-    "block (½·attention + ½·identity per block), so words that fed the attended words share "
-    "their credit; sums to 1.",
-    "grad_input": "gradient × input: how much the class logit would change, to first order, "
-    "with each word's embedding; signed.",
-}
-METHOD_LABELS = {
-    "attention": "pool attention",
-    "contribution": "class contribution",
-    "rollout": "attention rollout",
-    "grad_input": "gradient × input",
-}
 REPORT_META = "report.json"
 FAITHFULNESS_FILE = "faithfulness.json"
-
-
-def method_label(key: str) -> str:
-    """A method's name as the pages print it."""
-    if key.startswith("attention_head"):
-        return f"pool attention, head {key[len('attention_head') :]}"
-    return {**METHOD_LABELS, "integrated_gradients": "integrated gradients", "random": "random"}[
-        key
-    ]
 
 
 def _environment() -> Environment:
@@ -121,11 +99,7 @@ def _flags(record: dict) -> list[str]:
 
 def _method_options(record: dict, pool_heads: int) -> list[dict[str, str]]:
     scores = record.get("scores", {})
-    options = [
-        {"key": key, "label": METHOD_LABELS[key]}
-        for key in ("attention", "contribution", "rollout", "grad_input")
-        if key in scores
-    ]
+    options = [{"key": key, "label": method_label(key)} for key in RECORD_METHODS if key in scores]
     for name in record.get("contributions", {}):
         options.append({"key": f"contribution:{name}", "label": f"contribution to {name}"})
     return options
@@ -187,7 +161,7 @@ def _document_page(
         "words_read": record["words_read"],
         "scores": scores,
         "signed": list(SIGNED_METHODS),
-        "help": METHOD_HELP,
+        "help": {key: METHODS[key].help for key in RECORD_METHODS},
         "top_sentences": TOP_SENTENCES,
         "bins": _bins(len(record["words"])) if long_view else [],
         "sentences": [],
@@ -202,7 +176,7 @@ def _document_page(
         data["faithfulness"] = {
             "random": figures["random"]["comprehensiveness"],
             "methods": {
-                name: {"value": row["comprehensiveness"], "beats": beats_random(figures, name)}
+                name: {"value": row["comprehensiveness"], "beats": row.get("beats_random", False)}
                 for name, row in figures.items()
                 if name != "random"
             },
@@ -290,11 +264,12 @@ def write_report(
     subtitle: str = "",
     run_dir: str | Path | None = None,
     documents_dir: str = "docs",
+    faithfulness: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``index.html`` and ``<documents_dir>/doc-NNNNN.html`` for every record.
 
     Args:
-        records: explanation records (:func:`docclass.explain.explain_documents`).
+        records: explanation records (:func:`docclass.interpret.explain.explain_documents`).
         out_dir: folder to write into (created).
         label_names: the model's classes, in its order.
         title: the index page's heading.
@@ -302,6 +277,9 @@ def write_report(
         run_dir: the training run's folder; its ``metrics.json`` and CSV log, when present,
             add the run's figures and training curves.
         documents_dir: sub-folder for the per-document pages.
+        faithfulness: the records' faithfulness over documents, as
+            :func:`docclass.evaluate.erasure.aggregate_faithfulness` gives it under ``methods``,
+            with ``fractions`` and ``documents``; None when not measured.
 
     Returns:
         The path of ``index.html``.
@@ -318,7 +296,41 @@ def write_report(
     for position, record in enumerate(records):
         page = _document_page(environment, record, pool_heads, "../index.html", common)
         (out_dir / documents_dir / document_filename(position)).write_text(page, encoding="utf-8")
+    index = environment.get_template("index.html.j2").render(
+        title=title,
+        subtitle=subtitle,
+        summary=_summary(records, label_names),
+        low_confidence=LOW_CONFIDENCE,
+        run_metrics=_run_metrics(run_dir),
+        figures=_index_figures(records, label_names, run_dir, faithfulness, pool_heads),
+        method_help=[
+            {"name": METHODS[key].label, "text": METHODS[key].help} for key in RECORD_METHODS
+        ],
+        top_words=top_words_by_class(records, min_documents=TOP_WORDS_MIN_DOCUMENTS),
+        min_documents=TOP_WORDS_MIN_DOCUMENTS,
+        label_names=label_names,
+        rows=_index_rows(records, documents_dir),
+        trust=_trust_section(faithfulness, out_dir),
+        **common,
+    )
+    (out_dir / "index.html").write_text(index, encoding="utf-8")
+    # What rewrite_report needs to render the same report again from explanations.jsonl.
+    meta = dict(title=title, subtitle=subtitle, label_names=label_names, run_dir=run_dir)
+    meta.update(run_dir=str(run_dir) if run_dir else None, documents_dir=documents_dir)
+    meta["faithfulness"] = faithfulness
+    (out_dir / REPORT_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    return out_dir / "index.html"
 
+
+def _index_figures(
+    records: Sequence[dict],
+    label_names: list[str],
+    run_dir: Path | None,
+    faithfulness: dict[str, Any] | None,
+    pool_heads: int,
+) -> dict[str, str]:
+    """The index's figures as PNG data URIs: confusion matrix, training curves, removal curves
+    and the pool heads' attention entropy, each when its data exists."""
     figures: dict[str, str] = {}
     matrix = confusion(records, label_names)
     if matrix is not None:
@@ -326,15 +338,18 @@ def write_report(
     metric_log = _metric_log(run_dir)
     if metric_log is not None:
         figures["curves"] = png_data_uri(training_curves_figure(metric_log))
-    trust = _trust_section(records, out_dir)
-    if trust and trust.get("curves"):
+    if faithfulness and faithfulness.get("methods"):
         figures["faithfulness"] = png_data_uri(
-            removal_curves_figure({"mask": trust.pop("curves")}, FRACTIONS)
+            removal_curves_figure({"mask": faithfulness["methods"]}, faithfulness["fractions"])
         )
     entropies = head_entropies(records, pool_heads)
     if any(entropies.values()):
         figures["entropy"] = png_data_uri(entropy_histogram_figure(entropies))
+    return figures
 
+
+def _index_rows(records: Sequence[dict], documents_dir: str) -> list[dict[str, Any]]:
+    """One row per document for the index table, what needs a look first."""
     rows = []
     for position in document_order(records):
         record = records[position]
@@ -356,34 +371,7 @@ def write_report(
                 ),
             }
         )
-    index = environment.get_template("index.html.j2").render(
-        title=title,
-        subtitle=subtitle,
-        summary=_summary(records, label_names),
-        low_confidence=LOW_CONFIDENCE,
-        run_metrics=_run_metrics(run_dir),
-        figures=figures,
-        method_help=[
-            {"name": METHOD_LABELS[key], "text": text} for key, text in METHOD_HELP.items()
-        ],
-        top_words=top_words_by_class(records, min_documents=TOP_WORDS_MIN_DOCUMENTS),
-        min_documents=TOP_WORDS_MIN_DOCUMENTS,
-        label_names=label_names,
-        rows=rows,
-        trust=trust,
-        **common,
-    )
-    index_path = out_dir / "index.html"
-    index_path.write_text(index, encoding="utf-8")
-    meta = {
-        "title": title,
-        "subtitle": subtitle,
-        "label_names": label_names,
-        "run_dir": str(run_dir) if run_dir else None,
-        "documents_dir": documents_dir,
-    }
-    (out_dir / REPORT_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    return index_path
+    return rows
 
 
 def rewrite_report(out_dir: str | Path) -> Path:
@@ -398,12 +386,10 @@ def _ratio(value: float, floor: float) -> str:
     return f"{value / floor:.1f}×" if floor > 1e-3 else "—"
 
 
-def _trust_section(records: Sequence[dict], out_dir: Path) -> dict[str, Any] | None:
+def _trust_section(faithfulness: dict[str, Any] | None, out_dir: Path) -> dict[str, Any] | None:
     """The index's faithfulness figures: the records' own (mask removal, every document) and,
     when ``docclass faithfulness`` wrote into this folder, its sample checks."""
-    table = aggregate_faithfulness(
-        [r["faithfulness"]["methods"] for r in records if r.get("faithfulness")]
-    )
+    table = (faithfulness or {}).get("methods")
     path = out_dir / FAITHFULNESS_FILE
     extra = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
     if not table and not extra:
@@ -411,7 +397,7 @@ def _trust_section(records: Sequence[dict], out_dir: Path) -> dict[str, Any] | N
     section: dict[str, Any] = {"rows": [], "documents": 0, "extra": None}
     if table:
         floor = table["random"]["comprehensiveness"]
-        section["documents"] = sum(bool(r.get("faithfulness")) for r in records)
+        section["documents"] = faithfulness["documents"]
         section["random"] = table["random"]
         for name, row in sorted(table.items(), key=lambda kv: -kv[1]["comprehensiveness"]):
             section["rows"].append(
@@ -423,7 +409,6 @@ def _trust_section(records: Sequence[dict], out_dir: Path) -> dict[str, Any] | N
                     "beats": "—" if name == "random" else f"{100 * row['beats_random']:.0f} %",
                 }
             )
-        section["curves"] = table
     if extra:
         section["extra"] = _extra_rows(extra)
     return section

@@ -1,7 +1,8 @@
 """Corpus- and document-level summaries computed from explanation records alone.
 
 Nothing here sees the model: every function takes the JSON records that
-:func:`docclass.explain.explain_documents` writes, so a report can be rebuilt from a JSONL file.
+:func:`docclass.interpret.explain.explain_documents` writes, so a report can be rebuilt from a
+JSONL file.
 """
 
 from __future__ import annotations
@@ -31,26 +32,6 @@ def confusion(records: Sequence[dict], label_names: list[str]) -> np.ndarray | N
             matrix[index[record["label"]], index[record["predicted"]]] += 1
             labelled += 1
     return matrix if labelled else None
-
-
-def classification_scores(matrix: np.ndarray) -> dict[str, Any]:
-    """Accuracy, macro-F1 and per-class F1 from a confusion matrix.
-
-    Rows are true labels, columns predictions.
-    """
-    true_positive = np.diag(matrix).astype(float)
-    predicted = matrix.sum(axis=0)
-    actual = matrix.sum(axis=1)
-    denominator = predicted + actual
-    f1 = np.divide(
-        2 * true_positive, denominator, out=np.zeros_like(true_positive), where=denominator > 0
-    )
-    return {
-        "accuracy": float(true_positive.sum() / max(1, matrix.sum())),
-        "macro_f1": float(f1.mean()),
-        "per_class_f1": [float(v) for v in f1],
-        "n_documents": int(matrix.sum()),
-    }
 
 
 def document_order(records: Sequence[dict]) -> list[int]:

@@ -1,0 +1,101 @@
+"""Cleaning and splitting: empty and duplicate documents out, labels numbered, stratified splits.
+
+De-duplication runs before splitting (a copy of a test document in train inflates accuracy);
+held-out splits win, so a training copy of a test text is the one removed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import datasets
+
+from docclass.errors import DataError
+
+log = logging.getLogger(__name__)
+
+
+def whitespace_key(text: str) -> str:
+    """Texts that differ only in whitespace are the same document."""
+    return " ".join(text.split())
+
+
+def drop_empty(dataset: datasets.Dataset) -> tuple[datasets.Dataset, int]:
+    """Remove documents that are missing or whitespace only."""
+    keep = [i for i, text in enumerate(dataset["text"]) if text is not None and text.strip()]
+    return dataset.select(keep), len(dataset) - len(keep)
+
+
+def deduplicate(
+    dataset: datasets.Dataset, also_remove: set[str] = frozenset()
+) -> tuple[datasets.Dataset, int]:
+    """Keep the first copy of each text (up to whitespace); drop texts listed in ``also_remove``.
+
+    A text that occurs with two different labels is dropped altogether: no label can be right.
+    """
+    first_label: dict[str, int] = {}
+    conflicting: set[str] = set()
+    keys = [whitespace_key(text) for text in dataset["text"]]
+    for key, label in zip(keys, dataset["label"], strict=True):
+        if first_label.setdefault(key, label) != label:
+            conflicting.add(key)
+    seen: set[str] = set()
+    keep = []
+    for i, key in enumerate(keys):
+        if key in seen or key in conflicting or key in also_remove:
+            continue
+        seen.add(key)
+        keep.append(i)
+    if conflicting:
+        log.warning("%d texts carry conflicting labels and were dropped", len(conflicting))
+    return dataset.select(keep), len(dataset) - len(keep)
+
+
+def encode_labels(
+    splits: dict[str, datasets.Dataset],
+    source_names: list[str] | None,
+    wanted_names: list[str] | None,
+    source: str,
+) -> tuple[dict[str, datasets.Dataset], list[str]]:
+    """Turn labels into ids ``0..C-1`` over one list of label names.
+
+    Args:
+        splits: datasets with a ``label`` column.
+        source_names: names of the source's integer labels (ClassLabel, class folders), if any.
+        wanted_names: the label order to use (a checkpoint's); default: the source's names, or
+            the sorted distinct training labels.
+        source: the source's name, for error messages.
+    """
+
+    def as_names(values: list) -> list[str]:
+        return [source_names[v] for v in values] if source_names else [str(v) for v in values]
+
+    label_names = wanted_names or source_names or sorted(set(as_names(splits["train"]["label"])))
+    index = {name: i for i, name in enumerate(label_names)}
+    encoded = {}
+    for split, dataset in splits.items():
+        names = as_names(dataset["label"])
+        unseen = sorted(set(names) - index.keys())
+        if unseen:
+            raise DataError(
+                f"{source} ({split}): label(s) {unseen[:5]} are not among the known labels "
+                f"{label_names[:10]}; fix label_column or the data"
+            )
+        ids = [index[name] for name in names]
+        encoded[split] = dataset.remove_columns("label").add_column("label", ids)
+    return encoded, label_names
+
+
+def stratified_split(
+    dataset: datasets.Dataset, fraction: float, seed: int, label_names: list[str], what: str
+) -> tuple[datasets.Dataset, datasets.Dataset]:
+    """Split off ``fraction`` of ``dataset`` with every class in proportion."""
+    typed = dataset.cast_column("label", datasets.ClassLabel(names=label_names))
+    try:
+        parts = typed.train_test_split(test_size=fraction, stratify_by_column="label", seed=seed)
+    except ValueError as error:
+        raise DataError(
+            f"cannot split off a stratified {what} set of {fraction:.0%} from {len(dataset)} "
+            f"documents ({error}); give more documents per class or change the fraction"
+        ) from error
+    return parts["train"], parts["test"]

@@ -1,0 +1,407 @@
+"""The Lightning DataModule: glue from a source to length-bucketed batches.
+
+Reading (:mod:`~docclass.data.sources`), cleaning and splitting (:mod:`~docclass.data.cleaning`),
+the tokenizer (:mod:`~docclass.data.tokenizer`), batching (:mod:`~docclass.data.batching`) and
+streaming (:mod:`~docclass.data.streaming`) live in their own modules; this one wires them.
+Batches are described in :mod:`docclass.data.batching`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+import datasets
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, SequentialSampler
+
+from docclass.data.artifact import read_artifact
+from docclass.data.batching import BucketBatchSampler, EpochShuffleSampler, collate
+from docclass.data.cleaning import (
+    deduplicate,
+    drop_empty,
+    encode_labels,
+    stratified_split,
+    whitespace_key,
+)
+from docclass.data.sources import SourceSpec, load_source
+from docclass.data.streaming import StreamedBatches, open_stream, stream_sample
+from docclass.data.tokenizer import TokenizerSpec, encode_batch, load_tokenizer, train_tokenizer
+from docclass.errors import DataError
+
+log = logging.getLogger(__name__)
+SPLITS = ("train", "val", "test")
+
+
+def check_settings(**settings) -> None:
+    """One line naming the setting for every impossible value (before any data is read)."""
+    for name in ("max_batch_tokens", "steps_per_epoch", "max_tokens"):
+        value = settings[name]
+        if value is not None and value < 1:
+            raise DataError(f"data.{name} must be positive or null, got {value}")
+    if settings["steps_per_epoch"] and not settings["stream"]:
+        raise DataError(
+            "data.steps_per_epoch applies to a streamed training set: set data.stream, or "
+            "use trainer.limit_train_batches"
+        )
+    for name in ("val_fraction", "test_fraction"):
+        if not 0.0 < settings[name] < 0.5:
+            raise DataError(f"data.{name} must be between 0 and 0.5, got {settings[name]}")
+    if settings["predict_split"] not in SPLITS:
+        raise DataError(
+            f"data.predict_split must be one of {SPLITS}, got {settings['predict_split']!r}"
+        )
+    if settings["pad_to_multiple"] < 1:
+        raise DataError(f"data.pad_to_multiple must be positive, got {settings['pad_to_multiple']}")
+
+
+class DocDataModule(pl.LightningDataModule):
+    """Loads a source, cleans it, splits it, trains the tokenizer and serves bucketed batches.
+
+    Args:
+        source: "bbc" (embedded BBC News), a CSV/JSONL/Parquet file, a folder of class
+            sub-folders of .txt files, or a Hugging Face dataset name or local copy.
+        hub_config: configuration name of a hub dataset.
+        text_column: column holding the document text.
+        label_column: column holding the label.
+        train_split: the source's training split name.
+        val_split: the source's validation split name; None carves one out of train.
+        test_split: the source's test split name; None or absent carves one out of train.
+        val_fraction: fraction of the training pool held out for validation when carved.
+        test_fraction: fraction of all documents held out for testing when carved.
+        split_seed: seed of the stratified splits.
+        split_file: a ``split.json`` written by an earlier run, to reuse its exact split.
+        max_docs_per_class: keep at most this many training documents per class (quick runs).
+        tokenizer: how to train the tokenizer.
+        tokenizer_from: a checkpoint whose tokenizer and labels to use instead of training new.
+        max_tokens: tokens kept per document (the rest is cut and flagged); None keeps all.
+        batch_size: training documents per batch.
+        eval_batch_size: documents per batch for validation, test and predict.
+        num_workers: DataLoader worker processes.
+        pad_to_multiple: round every batch's length up to a multiple of this, so a compiled
+            model (``model.compile``) meets at most ``max_tokens / pad_to_multiple`` shapes.
+        predict_split: which split ``predict`` classifies.
+        seed: seed of the training batch order.
+        stream: train on documents read lazily from this glob of JSONL / CSV / Parquet files
+            or hub dataset (its ``train_split``), for corpora larger than memory; ``source``
+            then supplies validation and test only (:mod:`docclass.data.streaming`).
+        max_batch_tokens: cut training batches by padded tokens (documents × longest) as
+            well as by ``batch_size``, so short documents travel in larger batches.
+        steps_per_epoch: with ``stream``, batches per epoch on every rank (required under DDP).
+        bucket_documents: with ``stream``, documents sorted by length together.
+        shuffle_buffer: with ``stream``, documents in ``datasets``' shuffle buffer.
+        tokenizer_documents: with ``stream``, the first this many train the tokenizer.
+    """
+
+    def __init__(
+        self,
+        source: str = "bbc",
+        hub_config: str | None = None,
+        text_column: str = "text",
+        label_column: str = "label",
+        train_split: str = "train",
+        val_split: str | None = None,
+        test_split: str | None = "test",
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.1,
+        split_seed: int = 0,
+        split_file: str | None = None,
+        max_docs_per_class: int | None = None,
+        tokenizer: TokenizerSpec = TokenizerSpec(),
+        tokenizer_from: str | None = None,
+        max_tokens: int | None = 1024,
+        batch_size: int = 32,
+        eval_batch_size: int = 64,
+        num_workers: int = 0,
+        pad_to_multiple: int = 1,
+        predict_split: str = "test",
+        seed: int = 0,
+        stream: str | None = None,
+        max_batch_tokens: int | None = None,
+        steps_per_epoch: int | None = None,
+        bucket_documents: int = 2000,
+        shuffle_buffer: int = 10000,
+        tokenizer_documents: int = 20000,
+    ) -> None:
+        super().__init__()
+        check_settings(
+            max_batch_tokens=max_batch_tokens,
+            steps_per_epoch=steps_per_epoch,
+            stream=stream,
+            val_fraction=val_fraction,
+            test_fraction=test_fraction,
+            max_tokens=max_tokens,
+            predict_split=predict_split,
+            pad_to_multiple=pad_to_multiple,
+        )
+        self.stream, self.max_batch_tokens, self.steps_per_epoch = (
+            stream,
+            max_batch_tokens,
+            steps_per_epoch,
+        )
+        self.bucket_documents, self.shuffle_buffer = bucket_documents, shuffle_buffer
+        self.tokenizer_documents = tokenizer_documents
+        self.pad_to_multiple = pad_to_multiple
+        self.source_spec = SourceSpec(
+            source, hub_config, text_column, label_column, train_split, val_split, test_split
+        )
+        self.val_fraction, self.test_fraction = val_fraction, test_fraction
+        self.split_seed, self.split_file = split_seed, split_file
+        self.max_docs_per_class = max_docs_per_class
+        # A copy: the default instance is shared by every DataModule built without one.
+        self.tokenizer_spec = dataclasses.replace(tokenizer)
+        self.tokenizer_from = tokenizer_from
+        self.max_tokens = max_tokens
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
+        self.num_workers, self.predict_split, self.seed = num_workers, predict_split, seed
+        self.splits: dict[str, datasets.Dataset] | None = None
+        self.label_names: list[str] = []
+        self.tokenizer = None
+        self.stats: dict[str, int | str] = {}
+        self._tokenized: dict[str, datasets.Dataset] = {}
+
+    # -- sizes the model needs before training starts (linked by the CLI) -------------------
+    @property
+    def num_classes(self) -> int:
+        self.prepare()
+        return len(self.label_names)
+
+    @property
+    def vocab_size(self) -> int:
+        self.prepare()
+        return self.tokenizer.get_vocab_size()
+
+    # -- preparation ---------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Load, clean, de-duplicate, split and get the tokenizer, once; later calls return."""
+        if self.splits is not None:
+            return
+        artifact = read_artifact(self.tokenizer_from) if self.tokenizer_from else None
+        loaded = load_source(self.source_spec)
+        splits, self.label_names = encode_labels(
+            loaded.splits,
+            loaded.label_names,
+            artifact["label_names"] if artifact else None,
+            self.source_spec.source,
+        )
+        self.stats = {"source": self.source_spec.source, **loaded.stats}
+        self.stats["documents_read"] = sum(len(d) for d in splits.values())
+        splits = self._clean(splits)
+        self.splits = self._split(splits)
+        if artifact:
+            self.tokenizer = load_tokenizer(artifact["tokenizer"])
+        elif self.stream:
+            sample = stream_sample(self._stream_documents(), self.tokenizer_documents)
+            if not sample:
+                raise DataError(f"data.stream {self.stream!r} holds no documents")
+            self.tokenizer = train_tokenizer(sample, self.tokenizer_spec)
+        else:
+            self.tokenizer = train_tokenizer(self.splits["train"]["text"], self.tokenizer_spec)
+        if self.stream:
+            log.info(
+                "training reads the stream %s; %s supplies validation and test (its %d "
+                "training documents are not used)",
+                self.stream,
+                self.source_spec.source,
+                len(self.splits["train"]),
+            )
+        self.stats["vocab_size"] = self.tokenizer.get_vocab_size()
+        for split, dataset in self.splits.items():
+            self.stats[f"{split}_documents"] = len(dataset)
+        log.info("data ready: %s", json.dumps(self.stats))
+
+    def _clean(self, splits: dict[str, datasets.Dataset]) -> dict[str, datasets.Dataset]:
+        empty_total = duplicate_total = 0
+        cleaned = {}
+        for split, dataset in splits.items():
+            cleaned[split], empty = drop_empty(dataset)
+            empty_total += empty
+        # Held-out splits win: a training copy of a test or validation text is the one removed.
+        held_out: set[str] = set()
+        for split in ("test", "val", "train"):
+            if split in cleaned:
+                cleaned[split], duplicates = deduplicate(cleaned[split], also_remove=held_out)
+                duplicate_total += duplicates
+                held_out |= {whitespace_key(t) for t in cleaned[split]["text"]}
+        if empty_total:
+            log.warning("dropped %d empty or whitespace-only documents", empty_total)
+        log.info("removed %d duplicate documents before splitting", duplicate_total)
+        self.stats.update(empty_dropped=empty_total, duplicates_removed=duplicate_total)
+        if not cleaned["train"]:
+            raise DataError(f"{self.source_spec.source}: no training documents left after cleaning")
+        return cleaned
+
+    def _split(self, splits: dict[str, datasets.Dataset]) -> dict[str, datasets.Dataset]:
+        if self.split_file:
+            return self._split_from_file(splits)
+        names = self.label_names
+        test_carved = "test" not in splits
+        if test_carved:
+            splits["train"], splits["test"] = stratified_split(
+                splits["train"], self.test_fraction, self.split_seed, names, "test"
+            )
+        if "val" not in splits:
+            # Both fractions are of the whole pool when both are carved (80/10/10).
+            share = (
+                self.val_fraction / (1 - self.test_fraction) if test_carved else self.val_fraction
+            )
+            splits["train"], splits["val"] = stratified_split(
+                splits["train"], share, self.split_seed, names, "validation"
+            )
+        if self.max_docs_per_class:
+            splits["train"] = self._cap_per_class(splits["train"])
+        for split in SPLITS:
+            if not len(splits[split]):
+                raise DataError(f"{self.source_spec.source}: the {split} split is empty")
+        return {split: splits[split] for split in SPLITS}
+
+    def _split_from_file(self, splits: dict[str, datasets.Dataset]) -> dict[str, datasets.Dataset]:
+        path = Path(self.split_file)
+        try:
+            wanted = json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            raise DataError(f"{path}: not a readable split.json ({error})") from error
+        pool = datasets.concatenate_datasets(list(splits.values()))
+        position = {doc_id: i for i, doc_id in enumerate(pool["id"])}
+        result = {}
+        for split in SPLITS:
+            missing = [doc_id for doc_id in wanted.get(split, []) if doc_id not in position]
+            if missing or split not in wanted:
+                raise DataError(
+                    f"{path}: split {split!r} is absent or names {len(missing)} unknown ids "
+                    f"(first: {missing[:3]}); it was written for different data"
+                )
+            result[split] = pool.select([position[d] for d in wanted[split]])
+        return result
+
+    def _cap_per_class(self, dataset: datasets.Dataset) -> datasets.Dataset:
+        taken: dict[int, int] = {}
+        keep = []
+        for i, label in enumerate(dataset["label"]):
+            if taken.get(label, 0) < self.max_docs_per_class:
+                taken[label] = taken.get(label, 0) + 1
+                keep.append(i)
+        return dataset.select(keep)
+
+    def write_split(self, path: str | Path) -> None:
+        """Write the document ids of each split, so a later run can reuse the exact split."""
+        self.prepare()
+        ids = {split: list(self.splits[split]["id"]) for split in SPLITS}
+        Path(path).write_text(json.dumps(ids))
+
+    # -- tokenization and loaders ---------------------------------------------------------
+    def tokenized(self, split: str) -> datasets.Dataset:
+        """The split with ``input_ids`` (cut to ``max_tokens``), ``n_tokens`` and ``truncated``."""
+        self.prepare()
+        if split not in self._tokenized:
+            limit = self.max_tokens
+            tokenizer = self.tokenizer
+
+            def tokenize(batch: dict, indices: list[int]) -> dict:
+                encodings = encode_batch(tokenizer, batch["text"])
+                ids = [e.ids for e in encodings]
+                return {
+                    "input_ids": [i[:limit] if limit else i for i in ids],
+                    "n_tokens": [len(i) for i in ids],
+                    "truncated": [bool(limit) and len(i) > limit for i in ids],
+                    "index": indices,
+                }
+
+            fingerprint = hashlib.sha256(
+                f"{self.splits[split]._fingerprint}{tokenizer.to_str()}{limit}".encode()
+            ).hexdigest()[:32]
+            tokenized = self.splits[split].map(
+                tokenize,
+                batched=True,
+                with_indices=True,
+                batch_size=1000,
+                new_fingerprint=fingerprint,
+                desc=f"tokenizing {split}",
+            )
+            self._tokenized[split] = tokenized.select_columns(
+                ["input_ids", "label", "index", "truncated", "n_tokens"]
+            )
+            self.stats[f"{split}_truncated"] = int(sum(tokenized["truncated"]))
+        return self._tokenized[split]
+
+    def _stream_documents(self) -> datasets.IterableDataset:
+        spec = self.source_spec
+        return open_stream(
+            self.stream, spec.hub_config, spec.train_split, spec.text_column, spec.label_column
+        )
+
+    def _stream_loader(self) -> DataLoader:
+        held_out = frozenset(
+            whitespace_key(text) for split in ("val", "test") for text in self.splits[split]["text"]
+        )
+        tokenizer = self.tokenizer
+        batches = StreamedBatches(
+            self._stream_documents,
+            lambda texts: [e.ids for e in encode_batch(tokenizer, texts)],
+            {name: i for i, name in enumerate(self.label_names)},
+            functools.partial(collate, pad_to_multiple=self.pad_to_multiple),
+            self.max_tokens,
+            self.batch_size,
+            self.max_batch_tokens,
+            self.bucket_documents,
+            self.shuffle_buffer,
+            self.steps_per_epoch,
+            held_out,
+            self.seed,
+        )
+        # A resumed run continues with its epoch's shuffle.
+        trainer = getattr(self, "trainer", None)
+        batches.set_epoch(trainer.current_epoch if trainer else 0)
+        return DataLoader(
+            batches,
+            batch_size=None,  # the stream yields whole batches
+            num_workers=self.num_workers,
+            # Workers are made afresh each epoch, so they see the epoch set_epoch gave.
+            persistent_workers=False,
+            pin_memory=torch.cuda.is_available(),
+        )
+
+    def _loader(self, split: str, train: bool) -> DataLoader:
+        if train and self.stream:
+            self.prepare()
+            return self._stream_loader()
+        dataset = self.tokenized(split)
+        lengths = [len(ids) for ids in dataset["input_ids"]]
+        if train:
+            sampler = EpochShuffleSampler(len(dataset), self.seed)
+        else:
+            sampler = SequentialSampler(dataset)
+        batch_sampler = BucketBatchSampler(
+            sampler,
+            self.batch_size if train else self.eval_batch_size,
+            drop_last=False,
+            lengths=lengths,
+            shuffle=train,
+            seed=self.seed,
+            max_batch_tokens=self.max_batch_tokens if train else None,
+        )
+        return DataLoader(
+            dataset,
+            batch_sampler=batch_sampler,
+            collate_fn=functools.partial(collate, pad_to_multiple=self.pad_to_multiple),
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            pin_memory=torch.cuda.is_available(),
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", train=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", train=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader(self.predict_split, train=False)

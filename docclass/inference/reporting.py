@@ -1,0 +1,314 @@
+"""The report pipeline: documents → explanations → faithfulness → the HTML report.
+
+Glue between the parts that never meet: documents come from a config's split or from a data
+source, word scores from :mod:`docclass.interpret`, faithfulness from :mod:`docclass.evaluate`,
+pages from :mod:`docclass.report`. The records are written as ``explanations.jsonl`` beside the
+pages, so the pages can be rebuilt (or analysed) without the model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from jsonargparse.typing import NonNegativeInt, PositiveInt
+
+from docclass.data.datamodule import DocDataModule
+from docclass.data.sources import SourceSpec, load_source
+from docclass.errors import DataError
+from docclass.evaluate.erasure import FRACTIONS, aggregate_faithfulness, document_faithfulness
+from docclass.evaluate.faithfulness import faithfulness_figures
+from docclass.interpret.explain import explain_documents
+from docclass.interpret.records import method_label, write_jsonl
+from docclass.report.figures import removal_curves_figure, save_png
+from docclass.report.html import FAITHFULNESS_FILE, REPORT_META, rewrite_report, write_report
+from docclass.train.checkpoint import TrainedClassifier, load_classifier
+from docclass.train.lightning_cli import datamodule_from_config
+
+log = logging.getLogger(__name__)
+
+CONFIG_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass
+class Documents:
+    """Texts to explain, with ids and (where known) true label names."""
+
+    texts: list[str]
+    ids: list[str]
+    labels: list[str | None]
+    description: str
+
+
+def documents_from_datamodule(datamodule: DocDataModule, split: str) -> Documents:
+    """A prepared DataModule's split, exactly the documents training held out."""
+    datamodule.prepare()
+    if split not in datamodule.splits:
+        raise DataError(f"no split {split!r}; choose one of {sorted(datamodule.splits)}")
+    dataset = datamodule.splits[split]
+    names = datamodule.label_names
+    return Documents(
+        texts=list(dataset["text"]),
+        ids=[str(i) for i in dataset["id"]],
+        labels=[names[label] for label in dataset["label"]],
+        description=f"{datamodule.source_spec.source} · {split} split ({len(dataset)} documents)",
+    )
+
+
+def _documents_from_source(
+    source: str, split: str, text_column: str, label_column: str | None
+) -> Documents:
+    loaded = load_source(
+        SourceSpec(source=source, text_column=text_column, label_column=label_column)
+    )
+    chosen = split if split in loaded.splits else "train"
+    if chosen != split:
+        log.info("%s has no %r split: explaining all %s documents", source, split, chosen)
+    dataset = loaded.splits[chosen]
+    if "label" in dataset.column_names:
+        names = loaded.label_names
+        labels = [names[v] if names else str(v) for v in dataset["label"]]
+    else:
+        labels = [None] * len(dataset)
+    return Documents(
+        texts=list(dataset["text"]),
+        ids=[str(i) for i in dataset["id"]],
+        labels=labels,
+        description=f"{source} · {chosen} ({len(dataset)} documents)",
+    )
+
+
+def load_documents(
+    data: str,
+    ckpt: str,
+    split: str = "test",
+    text_column: str = "text",
+    label_column: str | None = "label",
+) -> Documents:
+    """Documents named by ``data``: a YAML config (its split, as training made it, read by
+    LightningCLI's own parser with the checkpoint's tokenizer and labels) or a source."""
+    if Path(data).suffix.lower() in CONFIG_SUFFIXES:
+        datamodule = datamodule_from_config(data, ["--data.tokenizer_from", str(ckpt)])
+        return documents_from_datamodule(datamodule, split)
+    return _documents_from_source(data, split, text_column, label_column)
+
+
+def measure_faithfulness(
+    classifier: TrainedClassifier,
+    texts: Sequence[str],
+    records: list[dict[str, Any]],
+    device: str = "cpu",
+) -> dict[str, Any] | None:
+    """Per document and method, ERASER comprehensiveness and sufficiency under masked removal
+    (stored in each record's ``faithfulness``); returns their summary over documents."""
+    for text, record in zip(texts, records, strict=True):
+        figures = document_faithfulness(classifier, text, record, "mask", device=device)
+        if figures:
+            record["faithfulness"] = {"removal": "mask", "methods": figures}
+    per_document = [r["faithfulness"]["methods"] for r in records if r.get("faithfulness")]
+    if not per_document:
+        return None
+    return {
+        "removal": "mask",
+        "fractions": list(FRACTIONS),
+        "documents": len(per_document),
+        "methods": aggregate_faithfulness(per_document),
+    }
+
+
+def make_report(
+    classifier: TrainedClassifier,
+    documents: Documents,
+    out_dir: str | Path,
+    run_dir: str | Path | None = None,
+    title: str = "docclass report",
+    limit: int | None = None,
+    batch_size: int = 16,
+    all_classes: bool = False,
+    device: str = "cpu",
+    faithfulness: bool = True,
+) -> dict[str, Any]:
+    """Explain ``documents`` and write ``explanations.jsonl``, ``index.html`` and the pages.
+
+    With ``faithfulness``, every document also gets ERASER comprehensiveness and sufficiency
+    for each method and a random ranking (:func:`measure_faithfulness`): the pages' badges and
+    the index's table. It costs about as much again as explaining the words.
+
+    Returns:
+        What was written and how long each stage took (also logged).
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stale = out_dir / FAITHFULNESS_FILE
+    if stale.is_file():
+        # Its figures describe the model and documents of the report being replaced.
+        stale.unlink()
+        log.info("removed %s: run 'docclass faithfulness' again for the new report", stale)
+    texts, ids, labels = documents.texts[:limit], documents.ids[:limit], documents.labels[:limit]
+    started = time.perf_counter()
+    records = explain_documents(
+        classifier, texts, ids, labels, batch_size, all_classes, device=device
+    )
+    explained = time.perf_counter()
+    summary = measure_faithfulness(classifier, texts, records, device) if faithfulness else None
+    measured = time.perf_counter()
+    write_jsonl(records, out_dir / "explanations.jsonl")
+    index = write_report(
+        records,
+        out_dir,
+        classifier.label_names,
+        title=title,
+        subtitle=documents.description,
+        run_dir=run_dir,
+        faithfulness=summary,
+    )
+    finished = time.perf_counter()
+    stages = {
+        "explain_s": round(explained - started, 2),
+        "faithfulness_s": round(measured - explained, 2),
+        "pages_s": round(finished - measured, 2),
+        "total_s": round(finished - started, 2),
+    }
+    log.info("report: %d documents, %s → %s", len(records), stages, index)
+    return {"index": str(index), "documents": len(records), **stages}
+
+
+def run_dir_of(ckpt: str | Path) -> Path | None:
+    """The training run's folder for a checkpoint saved as ``<run>/checkpoints/<name>.ckpt``."""
+    path = Path(ckpt).resolve()
+    return path.parent.parent if path.parent.name == "checkpoints" else None
+
+
+def report_command(
+    ckpt: str,
+    data: str,
+    out: str,
+    split: str = "test",
+    text_column: str = "text",
+    label_column: str | None = "label",
+    limit: PositiveInt | None = None,
+    batch_size: PositiveInt = 16,
+    all_classes: bool = False,
+    device: str = "cpu",
+    faithfulness: bool = True,
+) -> dict[str, Any]:
+    """Explain documents with a trained checkpoint and write a standalone HTML report:
+    index.html, one page per document, explanations.jsonl.
+
+    Args:
+        ckpt: checkpoint written by 'docclass fit'.
+        data: a YAML config (its split, exactly as in training) or a data source: a
+            CSV/JSONL/Parquet file, a folder of <class>/*.txt, 'bbc' or a hub dataset name.
+        out: folder for the report (created).
+        split: split to explain.
+        text_column: text column of a data file.
+        label_column: label column of a data file; null for unlabelled documents.
+        limit: explain only the first N documents.
+        batch_size: documents per forward pass.
+        all_classes: also store every word's contribution to every class (pages offer each).
+        device: cpu, cuda, cuda:1, ...
+        faithfulness: measure each method's ERASER comprehensiveness per document (the pages'
+            badges and the index's table); about doubles the report's time.
+    """
+    documents = load_documents(data, ckpt, split, text_column, label_column)
+    summary = make_report(
+        load_classifier(ckpt),
+        documents,
+        out,
+        run_dir=run_dir_of(ckpt),
+        title=f"docclass report · {Path(ckpt).name}",
+        limit=limit,
+        batch_size=batch_size,
+        all_classes=all_classes,
+        device=device,
+        faithfulness=faithfulness,
+    )
+    print(
+        f"report: {summary['documents']} documents in {summary['total_s']:.1f} s "
+        f"→ {summary['index']}"
+    )
+    return summary
+
+
+def faithfulness_command(
+    ckpt: str,
+    data: str,
+    out: str,
+    split: str = "test",
+    limit: PositiveInt | None = None,
+    removals: list[Literal["mask", "unk"]] = ["mask", "unk"],  # noqa: B006 (read only)
+    device: str = "cpu",
+    sample: NonNegativeInt = 20,
+    ig_steps: NonNegativeInt = 32,
+    permutations: PositiveInt = 20,
+) -> dict[str, Any]:
+    """ERASER comprehensiveness and sufficiency (AOPC over 1-50 % of the words) of every
+    word-score method beside a random ranking, permuted-pool and randomised-weight sanity
+    checks, and on a sample integrated gradients and rank agreement with leave-one-word-out;
+    writes faithfulness.json and .png (and renders again a report found in --out).
+
+    Args:
+        ckpt: checkpoint written by 'docclass fit'.
+        data: a YAML config (its split) or a data source.
+        out: folder for faithfulness.json and .png.
+        split: split to measure.
+        limit: only the first N documents.
+        removals: remove words by masking their tokens out (mask), by replacing them with
+            [UNK] (unk), or both: '[mask, unk]'.
+        device: cpu, cuda, ...
+        sample: documents (a fixed random sample) for integrated gradients, leave-one-word-out
+            and the randomised-weights check; 0 skips them.
+        ig_steps: integrated-gradients steps; 0 skips them.
+        permutations: pool shuffles per document.
+    """
+    classifier = load_classifier(ckpt)
+    documents = load_documents(data, ckpt, split)
+    figures = faithfulness_figures(
+        classifier, documents.texts[:limit], removals, sample, ig_steps, permutations, device
+    )
+    figures = {"checkpoint": str(ckpt), "data": documents.description, **figures}
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / FAITHFULNESS_FILE).write_text(json.dumps(figures, indent=2) + "\n")
+    tables = {removal: result["aopc"] for removal, result in figures["removal"].items()}
+    save_png(removal_curves_figure(tables, FRACTIONS), folder / "faithfulness.png")
+    if (folder / REPORT_META).is_file() and (folder / "explanations.jsonl").is_file():
+        figures["report"] = str(rewrite_report(folder))
+    _print_faithfulness(figures, out)
+    return figures
+
+
+def _print_faithfulness(figures: dict[str, Any], out: str) -> None:
+    for removal, result in figures["removal"].items():
+        print(f"removal by {removal} ({result['seconds']} s, {figures['documents']} documents):")
+        table = result["aopc"]
+        floor = max(table["random"]["comprehensiveness"], 1e-9)
+        for name, row in sorted(table.items(), key=lambda kv: -kv[1]["comprehensiveness"]):
+            print(
+                f"  {method_label(name):24s} comprehensiveness {row['comprehensiveness']:.3f} "
+                f"({row['comprehensiveness'] / floor:.1f}× random)  "
+                f"sufficiency {row['sufficiency']:.3f}"
+            )
+    permuted = figures["permuted_pool"]
+    print(
+        f"permuted pool: median total variation {permuted['median_total_variation']}, "
+        f"{100 * permuted['documents_any_label_change']:.1f} % of documents change label"
+    )
+    if "sample" in figures:
+        sample = figures["sample"]
+        stages = sample["randomised_weights"]
+        last = list(stages)[-1]
+        print(f"sample of {sample['documents']} documents: τ vs leave-one-out, ρ all randomised")
+        for name, row in sample["kendall_tau_vs_leave_one_out"].items():
+            rho = stages[last].get(name, {}).get("mean", float("nan"))
+            print(
+                f"  {method_label(name):24s} τ {row['mean']:+.2f} ± {row['std']:.2f}   ρ {rho:+.2f}"
+            )
+    print(f"→ {out}/faithfulness.json, {out}/faithfulness.png")
+    if "report" in figures:
+        print(f"→ {figures['report']} (rendered again with these figures)")

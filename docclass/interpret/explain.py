@@ -1,0 +1,167 @@
+"""Word scores for documents: how much each word weighed in a trained classifier's decision.
+
+Subword tokens are grouped into the pre-tokenizer's words with the tokenizer's character offsets
+(:func:`docclass.data.tokenizer.align_words`), and every method's token scores
+(:mod:`docclass.interpret.methods`) are summed over a word's pieces. Attention methods say where
+the model looked, not why; how far each can be trusted is measured by :mod:`docclass.evaluate`.
+
+A document longer than the model's ``max_tokens`` keeps all its words: those past the cut get
+score 0 and ``words_read`` says how many words the model saw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from docclass.interpret.inputs import DocumentInput, batched, encode_documents
+from docclass.interpret.methods import ScoringPass, scoring_pass, token_scores
+from docclass.interpret.records import EMPTY_DOCUMENT, compact
+from docclass.nn.attention import banded_to_dense
+from docclass.train.checkpoint import TrainedClassifier
+
+# Per-layer, per-head word-by-word maps are drawn only for documents this short: beyond it the
+# map is unreadable, and skipping it keeps whole-corpus reports fast.
+LAYER_MAP_MAX_WORDS = 60
+
+
+def _per_word(document: DocumentInput, token_scores: torch.Tensor) -> list[float]:
+    """``[T]`` token scores (padding beyond the read tokens ignored) → one sum per word."""
+    n_read = len(document.token_ids)
+    values = token_scores[:n_read].double().cpu().numpy()
+    n_words = len(document.alignment.word_spans)
+    return compact(np.bincount(document.token_words, weights=values, minlength=n_words))
+
+
+def _word_matrix_mean(
+    token_matrix: np.ndarray, token_words: np.ndarray, n_words: int, pieces: np.ndarray
+) -> np.ndarray:
+    """``[T,T]`` query→key weights → ``[W,W]``: summed over key pieces, averaged over queries."""
+    membership = np.zeros((n_words, len(token_words)))  # (W, T) one-hot
+    membership[token_words, np.arange(len(token_words))] = 1.0
+    return membership @ token_matrix @ membership.T / pieces[:, None]
+
+
+def _dense_rows(layer: torch.Tensor, row: int, n_read: int) -> torch.Tensor:
+    """One document's ``[H,T,T]`` block weights, expanding banded (windowed) weights."""
+    if layer.dim() == 5:
+        return banded_to_dense(layer[row : row + 1], n_read)[0]
+    return layer[row]
+
+
+def _layer_maps(document: DocumentInput, scoring: ScoringPass, row: int) -> list:
+    """``[L][H][W][W]``: each block's word-to-word attention, per head, 5 decimals."""
+    n_read, words_read = len(document.token_ids), document.words_read
+    token_words = document.token_words
+    pieces = np.bincount(token_words, minlength=words_read).clip(min=1)
+    return [
+        [
+            np.round(
+                _word_matrix_mean(
+                    head[:n_read, :n_read].double().cpu().numpy(), token_words, words_read, pieces
+                ),
+                5,
+            ).tolist()
+            for head in _dense_rows(layer, row, n_read)
+        ]
+        for layer in scoring.layer_weights
+    ]
+
+
+def _record(
+    document: DocumentInput,
+    text: str,
+    row: int,
+    scoring: ScoringPass,
+    scores: dict[str, torch.Tensor],
+    label_names: list[str],
+    bias: np.ndarray,
+) -> dict[str, Any]:
+    spans = document.alignment.word_spans
+    logits = scoring.logits[row].double().cpu()
+    return {
+        "text": text,
+        "words": [text[start:end] for start, end in spans],
+        "spans": [list(span) for span in spans],
+        "words_read": document.words_read,
+        "n_tokens": document.n_tokens,
+        "tokens_read": len(document.token_ids),
+        "truncated": document.truncated,
+        "predicted": label_names[int(scoring.predicted[row])],
+        "probs": dict(zip(label_names, compact(torch.softmax(logits, -1).numpy()), strict=True)),
+        "logits": dict(zip(label_names, compact(logits.numpy()), strict=True)),
+        "contribution_bias": dict(zip(label_names, compact(bias), strict=True)),
+        "scores": {name: _per_word(document, values[row]) for name, values in scores.items()},
+    }
+
+
+def _empty_record(text: str) -> dict[str, Any]:
+    return {
+        "text": text,
+        "words": [],
+        "spans": [],
+        "words_read": 0,
+        "n_tokens": 0,
+        "tokens_read": 0,
+        "truncated": False,
+        "predicted": None,
+        "error": EMPTY_DOCUMENT,
+        "scores": {},
+    }
+
+
+def explain_documents(
+    classifier: TrainedClassifier,
+    texts: Sequence[str],
+    doc_ids: Sequence[Any] | None = None,
+    labels: Sequence[str | None] | None = None,
+    batch_size: int = 16,
+    all_classes: bool = False,
+    layer_map_max_words: int = LAYER_MAP_MAX_WORDS,
+    device: str | torch.device = "cpu",
+) -> list[dict[str, Any]]:
+    """One explanation record per text, in input order (see :mod:`docclass.interpret.records`).
+
+    Args:
+        classifier: the trained network, its tokenizer, label names and token limit.
+        texts: the documents.
+        doc_ids: an id per document (default: its position).
+        labels: the true label name per document, or None where unknown.
+        batch_size: documents per forward pass; the explicit attention holds ``B·H·T²`` floats.
+        all_classes: also give every word's contribution to every class, not only the predicted.
+        layer_map_max_words: whole documents of at most this many words also carry
+            ``layer_maps[L][H][W][W]``, each block's word-to-word attention per head.
+        device: where to run the model.
+    """
+    texts = list(texts)
+    doc_ids = list(doc_ids) if doc_ids is not None else list(range(len(texts)))
+    labels = list(labels) if labels is not None else [None] * len(texts)
+    if not len(doc_ids) == len(labels) == len(texts):
+        raise ValueError("texts, doc_ids and labels must have the same length")
+    model = classifier.model.to(device).eval()
+    documents = encode_documents(classifier.tokenizer, texts, classifier.max_tokens)
+    records = [_empty_record(text) for text in texts]
+    bias = model.contribution_bias().detach().double().cpu().numpy()
+    rows = [document.token_ids for document in documents]
+    for indices, input_ids, mask in batched(rows, batch_size, model.config.pad_id, device):
+        scoring = scoring_pass(model, input_ids, mask)
+        scores = token_scores(scoring)
+        for row, i in enumerate(indices):
+            document = documents[i]
+            record = _record(document, texts[i], row, scoring, scores, classifier.label_names, bias)
+            if all_classes:
+                record["contributions"] = {
+                    name: _per_word(document, scoring.contributions[row, :, c])
+                    for c, name in enumerate(classifier.label_names)
+                }
+            if scoring.layer_weights and not document.truncated:
+                if len(document.alignment.word_spans) <= layer_map_max_words:
+                    record["layer_maps"] = _layer_maps(document, scoring, row)
+            records[i] = record
+    return [
+        {"id": doc_id, "label": label, **record}
+        for record, doc_id, label in zip(records, doc_ids, labels, strict=True)
+    ]

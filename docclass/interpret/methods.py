@@ -1,0 +1,110 @@
+"""The word-score methods, behind one registry.
+
+One forward pass per batch (:func:`scoring_pass`) gathers what every method reads; each entry
+of :data:`BATCH_METHODS` turns that pass into one score per token ``[B,T]`` (names and help in
+:data:`docclass.interpret.records.METHODS`). Token scores are summed over a word's pieces by
+the record builder. Integrated gradients, which needs dozens of passes per document, lives in
+:mod:`docclass.interpret.integrated_gradients`.
+
+==================  ======  ==================================================================
+name                signed  what it is
+==================  ======  ==================================================================
+attention           no      the global pool's weights, mean over its heads; sums to 1
+attention_head<h>   no      one pool head's weights; sums to 1
+contribution        yes     the token's exact additive share of the predicted class's logit
+                            (the read-out after the pool is linear); sums to logit − bias
+rollout             no      attention rollout (Abnar & Zuidema 2020): per block Â = ½A + ½I
+                            with heads averaged, multiplied through the blocks, then weighted by
+                            the pool's mean attention; sums to 1
+grad_input          yes     gradient of the predicted logit × the token embedding (positions
+                            excluded), summed over the embedding width
+==================  ======  ==================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from docclass.interpret.records import HEAD_PREFIX
+from docclass.nn.attention import banded_flow
+from docclass.nn.model import DocumentClassifier
+
+
+@dataclass
+class ScoringPass:
+    """One batch's forward pass with everything the methods read (detached).
+
+    Shapes: B batch, T tokens, H pool heads, C classes.
+    """
+
+    logits: torch.Tensor  # [B,C]
+    predicted: torch.Tensor  # [B] long
+    pool_weights: torch.Tensor  # [B,H,T]
+    contributions: torch.Tensor  # [B,T,C]
+    layer_weights: list[torch.Tensor]  # per block [B,H,T,T] (banded if windowed)
+    grad_input: torch.Tensor  # [B,T]
+
+
+def scoring_pass(
+    model: DocumentClassifier, input_ids: torch.Tensor, mask: torch.Tensor
+) -> ScoringPass:
+    """Run one padded batch once, with gradients on the embeddings (eval mode)."""
+    # Callers may sit inside Lightning's validation loop, which runs in inference mode;
+    # gradient × input needs ordinary tensors and autograd.
+    with torch.inference_mode(False), torch.enable_grad():
+        token_part = model.embed(input_ids) * model.embed_scale  # (B, T, D)
+        embedded = model.embed_tokens(input_ids).detach().requires_grad_(True)
+        out = model(input_ids, mask, need_layer_weights=True, inputs_embeds=embedded)
+        predicted = out.logits.argmax(dim=-1)
+        # Documents do not interact in eval mode, so one backward pass serves the whole batch.
+        target = out.logits.gather(1, predicted[:, None]).sum()
+        (gradient,) = torch.autograd.grad(target, embedded)
+        with torch.no_grad():
+            pool_weights = out.pool_weights.detach()
+            return ScoringPass(
+                logits=out.logits.detach(),
+                predicted=predicted,
+                pool_weights=pool_weights,
+                contributions=model.token_contributions(out.token_states.detach(), pool_weights),
+                layer_weights=[weights.detach() for weights in out.layer_weights or []],
+                grad_input=(gradient * token_part.detach()).sum(dim=-1) * mask,
+            )
+
+
+def attention_rollout(layer_weights: list[torch.Tensor], pool_mean: torch.Tensor) -> torch.Tensor:
+    """``pool_mean [B,T]`` carried back through every block's ``Â = ½·mean_h(A) + ½·I``."""
+    flow = pool_mean  # (B, T)
+    for weights in reversed(layer_weights):
+        mixed = weights.mean(dim=1)  # (B, T, T) rows: queries; banded (B, nb, w, 3w) if windowed
+        carried = (
+            banded_flow(flow, mixed) if mixed.dim() == 4 else (flow.unsqueeze(1) @ mixed).squeeze(1)
+        )
+        # flow · (½A + ½I) without building the identity matrix.
+        flow = 0.5 * carried + 0.5 * flow
+    return flow
+
+
+def _predicted_contribution(scoring: ScoringPass) -> torch.Tensor:
+    index = scoring.predicted[:, None, None].expand(-1, scoring.contributions.shape[1], 1)
+    return scoring.contributions.gather(2, index).squeeze(2)
+
+
+BATCH_METHODS: dict[str, Callable[[ScoringPass], torch.Tensor]] = {
+    "attention": lambda scoring: scoring.pool_weights.mean(dim=1),
+    "contribution": _predicted_contribution,
+    "rollout": lambda scoring: attention_rollout(
+        scoring.layer_weights, scoring.pool_weights.mean(dim=1)
+    ),
+    "grad_input": lambda scoring: scoring.grad_input,
+}
+
+
+def token_scores(scoring: ScoringPass) -> dict[str, torch.Tensor]:
+    """Every registered method's ``[B,T]`` token scores, then one entry per pool head."""
+    scores = {name: method(scoring) for name, method in BATCH_METHODS.items()}
+    for head in range(scoring.pool_weights.shape[1]):
+        scores[f"{HEAD_PREFIX}{head}"] = scoring.pool_weights[:, head]
+    return scores

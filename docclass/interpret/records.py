@@ -1,0 +1,105 @@
+"""The per-document explanation record, the catalogue of word-score methods, and their JSONL.
+
+No torch here: the report layer reads records and this catalogue without knowing the model.
+
+A record (one JSON object per document, written by :func:`docclass.interpret.explain.
+explain_documents`): ``id, text, words, spans`` (character spans of every word), ``words_read``,
+``n_tokens, tokens_read, truncated, label`` (true, if known), ``predicted, probs, logits,
+contribution_bias, scores{method: [one score per word]}``; on request ``contributions{class:
+[...]}`` and, for short documents, ``layer_maps``; after measuring, ``faithfulness``. A document
+with nothing to classify gets ``predicted: null`` and ``error``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+EMPTY_DOCUMENT = "empty document: no text to classify"
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    """How a word-score method is named and read."""
+
+    label: str  # as the pages print it
+    signed: bool  # scores may be negative (push away from the class)
+    help: str  # one sentence for the reader
+
+
+METHODS: dict[str, MethodInfo] = {
+    "attention": MethodInfo(
+        "pool attention",
+        False,
+        "the global pool's weight on each word (mean over its heads unless one head is chosen); "
+        "sums to 1 over the words read.",
+    ),
+    "contribution": MethodInfo(
+        "class contribution",
+        True,
+        "the word's exact share of the class logit: the read-out after the pool is linear, so "
+        "shares plus a constant bias give the logit. Red pushes towards the class, blue away.",
+    ),
+    "rollout": MethodInfo(
+        "attention rollout",
+        False,
+        "attention rollout: the pool's weights carried back through every self-attention block "
+        "(½·attention + ½·identity per block), so words that fed the attended words share their "
+        "credit; sums to 1.",
+    ),
+    "grad_input": MethodInfo(
+        "gradient × input",
+        True,
+        "gradient × input: how much the class logit would change, to first order, with each "
+        "word's embedding; signed.",
+    ),
+    "integrated_gradients": MethodInfo(
+        "integrated gradients",
+        True,
+        "integrated gradients: the class logit's gradient integrated from a padding baseline to "
+        "each word's embedding (Captum); signed, and sums to the logit's change.",
+    ),
+}
+# Methods every record carries, in the order the pages offer them (integrated gradients is
+# measured on samples only: it costs dozens of forward passes per document).
+RECORD_METHODS = ("attention", "contribution", "rollout", "grad_input")
+SIGNED_METHODS = tuple(key for key, info in METHODS.items() if info.signed)
+HEAD_PREFIX = "attention_head"
+
+
+def method_names(pool_heads: int) -> list[str]:
+    """Every method a record carries, in the order a report offers them."""
+    return [*RECORD_METHODS, *(f"{HEAD_PREFIX}{h}" for h in range(pool_heads))]
+
+
+def method_label(key: str) -> str:
+    """A method's name as the pages print it (``attention_head2`` → "pool attention, head 2")."""
+    if key.startswith(HEAD_PREFIX):
+        return f"pool attention, head {key[len(HEAD_PREFIX) :]}"
+    if key == "random":
+        return "random"
+    return METHODS[key].label
+
+
+def compact(values: Iterable[float]) -> list[float]:
+    """Floats with 6 significant digits: exact enough to rank and sum, small in JSONL."""
+    return [float(f"{value:.6g}") for value in values]
+
+
+def write_jsonl(records: Iterable[dict[str, Any]], path: str | Path) -> int:
+    """Write one record per line (UTF-8, non-ASCII kept); returns how many were written."""
+    count = 0
+    with open(path, "w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            count += 1
+    return count
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Read records written by :func:`write_jsonl`."""
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]

@@ -1,0 +1,1 @@
+"""Training: the LightningModule, callbacks, the LightningCLI set-up and checkpoint I/O."""

@@ -1,0 +1,296 @@
+"""Lightning callbacks that write a run's outputs (metrics, split, predictions) and keep a run
+resumable (random state) and honest (stop on a non-finite loss).
+
+Figures are drawn from ``metrics.json`` by the report layer (:func:`docclass.report.figures.
+write_run_figures`), which the command line calls after testing: training code never renders.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import BasePredictionWriter
+from lightning.pytorch.loggers import CSVLogger
+
+from docclass.errors import TrainingDiverged
+from docclass.metrics import classification_scores
+
+log = logging.getLogger(__name__)
+
+
+def machine_summary() -> dict[str, Any]:
+    """Where the figures were measured."""
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+
+
+def gather_by_document(indices: torch.Tensor, *columns: torch.Tensor) -> list[np.ndarray]:
+    """Every rank's rows, once per document, in document order (the local rows without DDP).
+
+    Under DDP each rank evaluates its own shard, and the distributed sampler repeats a few
+    documents so that shards are equal: metrics from one rank, or from all rows, would be wrong.
+    """
+    local = [indices.numpy(), *(column.numpy() for column in columns)]
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        gathered: list[Any] = [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(gathered, local)
+        local = [np.concatenate(parts) for parts in zip(*gathered, strict=True)]
+    _, first = np.unique(local[0], return_index=True)
+    return [column[first] for column in local[1:]]
+
+
+class RandomState(pl.Callback):
+    """Saves the random generators' state with every checkpoint and restores it on resume.
+
+    Lightning checkpoints weights, optimiser, scheduler and loop counters but not the global
+    torch generator that dropout and word dropout draw from; without it a resumed run takes
+    different random decisions from the run it continues. Saved as tensors and lists, so
+    ``torch.load(weights_only=True)`` still reads the checkpoint.
+    """
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": _python_state()}
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        torch.set_rng_state(state_dict["torch"])
+        if "cuda" in state_dict and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state_dict["cuda"])
+        version, internal, gauss = state_dict["python"]
+        random.setstate((version, tuple(internal), gauss))
+
+
+def _python_state() -> list:
+    version, internal, gauss = random.getstate()
+    return [version, list(internal), gauss]
+
+
+class StopOnNonFiniteLoss(pl.Callback):
+    """Stops training at the first NaN or infinite training loss, before it reaches a checkpoint.
+
+    Checkpoints are written at epoch ends, so the last one on disk predates the fault; the
+    error names it. The command line prints the message as one line and exits 2.
+    """
+
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if loss is None or bool(torch.isfinite(loss).all()):
+            return
+        last = Path(trainer.default_root_dir) / "checkpoints" / "last.ckpt"
+        kept = f"the last good checkpoint is {last}" if last.exists() else "no checkpoint yet"
+        raise TrainingDiverged(
+            f"training loss became {float(loss)} at epoch {trainer.current_epoch}, step "
+            f"{trainer.global_step}: stopped ({kept}); lower model.lr or check the data"
+        )
+
+
+class RunReport(pl.Callback):
+    """Writes ``metrics.json`` (test scores and confusion matrix, final validation figures,
+    times, data statistics, the config, the machine, and where the metric log is) and
+    ``split.json`` into the run folder (the trainer's ``default_root_dir``) after testing.
+
+    Args:
+        run_config: the resolved configuration, stored in ``metrics.json`` for comparison.
+    """
+
+    def __init__(self, run_config: dict | None = None) -> None:
+        self.run_config = run_config or {}
+        self.train_seconds: float | None = None
+        self.final_validation: dict[str, float] = {}
+        self._fit_started = 0.0
+        self._test_started = 0.0
+        self._preds: list[torch.Tensor] = []
+        self._labels: list[torch.Tensor] = []
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._fit_started = time.perf_counter()
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.train_seconds = time.perf_counter() - self._fit_started
+        # The last validation pass saw the final weights: keep it beside the test figures.
+        self.final_validation = {
+            key.split("/", 1)[1]: float(value)
+            for key, value in trainer.callback_metrics.items()
+            if key.startswith("val/")
+        }
+
+    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._preds, self._labels, self._indices = [], [], []
+        self._test_started = time.perf_counter()
+
+    def on_test_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self._preds.append(outputs["preds"].cpu())
+        self._labels.append(outputs["labels"].cpu())
+        self._indices.append(outputs["index"].cpu())
+
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        preds, labels = gather_by_document(
+            torch.cat(self._indices), torch.cat(self._preds), torch.cat(self._labels)
+        )
+        if not trainer.is_global_zero:
+            return
+        run_dir = Path(trainer.default_root_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        label_names = list(pl_module.label_names)
+        n = len(label_names)
+        matrix = np.bincount(labels * n + preds, minlength=n * n).reshape(n, n)
+        scores = classification_scores(matrix)
+        datamodule = trainer.datamodule
+        metrics = {
+            "run": run_dir.name,
+            "test": {**scores, "confusion_matrix": matrix.tolist(), "label_names": label_names},
+            "val": self.final_validation,
+            "train_time_s": self.train_seconds,
+            "test_time_s": time.perf_counter() - self._test_started,
+            "epochs_trained": trainer.current_epoch,
+            "global_steps": trainer.global_step,
+            "data": dict(getattr(datamodule, "stats", {})),
+            "config": self.run_config,
+            "machine": machine_summary(),
+        }
+        metric_log = self._metric_log(trainer)
+        metrics["metric_log"] = str(metric_log) if metric_log else None
+        (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, default=str))
+        if datamodule is not None and hasattr(datamodule, "write_split"):
+            datamodule.write_split(run_dir / "split.json")
+        print(
+            f"test accuracy {scores['accuracy']:.4f}  macro-F1 {scores['macro_f1']:.4f}  "
+            f"({scores['n_documents']} documents)  → {run_dir}/metrics.json"
+        )
+
+    @staticmethod
+    def _metric_log(trainer: pl.Trainer) -> Path | None:
+        for logger in trainer.loggers:
+            if isinstance(logger, CSVLogger):
+                # Flush first: the logger buffers rows until its save interval.
+                logger.save()
+                path = Path(logger.log_dir) / "metrics.csv"
+                if path.is_file():
+                    return path
+        return None
+
+
+class PredictionWriter(BasePredictionWriter):
+    """Writes one JSON line per document of the predicted split, as batches finish.
+
+    Args:
+        path: output file; relative paths are inside the run folder.
+    """
+
+    def __init__(self, path: str = "predictions.jsonl") -> None:
+        super().__init__(write_interval="batch")
+        self.path = path
+        self._handle = None
+        self._sharded = False
+
+    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        path = Path(self.path)
+        if not path.is_absolute():
+            path = Path(trainer.default_root_dir) / path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.resolved_path = path
+        self._sharded = trainer.world_size > 1
+        if self._sharded:
+            # Each rank predicts its own shard into its own file; rank 0 merges them at the end.
+            path = self._rank_path(path, trainer.global_rank)
+        self._handle = path.open("w", encoding="utf-8")
+
+    @staticmethod
+    def _rank_path(path: Path, rank: int) -> Path:
+        return path.with_name(f"{path.name}.rank{rank}")
+
+    def write_on_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        prediction: Any,
+        batch_indices: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int,
+    ) -> None:
+        datamodule = trainer.datamodule
+        split = datamodule.splits[datamodule.predict_split]
+        names = pl_module.label_names
+        indices = prediction["index"].tolist()
+        rows = split.select(indices)
+        for index, row, probs, truncated in zip(
+            indices,
+            rows,
+            prediction["probs"].tolist(),
+            prediction["truncated"].tolist(),
+            strict=True,
+        ):
+            best = int(np.argmax(probs))
+            record = {
+                "id": row["id"],
+                "label": names[best],
+                "score": probs[best],
+                "probs": dict(zip(names, probs, strict=True)),
+                "true_label": names[row["label"]],
+                "truncated": truncated,
+            }
+            if self._sharded:
+                record["_index"] = index
+            self._handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            if self._sharded:
+                trainer.strategy.barrier("predictions written")
+                if trainer.is_global_zero:
+                    self._merge_shards(trainer.world_size)
+                trainer.strategy.barrier("predictions merged")
+            if not trainer.is_global_zero:
+                return
+            log.info("predictions written to %s", self.resolved_path)
+            print(f"predictions → {self.resolved_path}")
+
+    def _merge_shards(self, world_size: int) -> None:
+        """One file in split order; the distributed sampler's repeated documents appear once."""
+        by_index: dict[int, dict] = {}
+        shards = [self._rank_path(self.resolved_path, rank) for rank in range(world_size)]
+        for shard in shards:
+            with shard.open(encoding="utf-8") as handle:
+                for line in handle:
+                    record = json.loads(line)
+                    by_index.setdefault(record.pop("_index"), record)
+        with self.resolved_path.open("w", encoding="utf-8") as handle:
+            for index in sorted(by_index):
+                handle.write(json.dumps(by_index[index], ensure_ascii=False) + "\n")
+        for shard in shards:
+            shard.unlink()

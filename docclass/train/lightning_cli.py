@@ -1,0 +1,172 @@
+"""The LightningCLI set-up of docclass training, and training configs read by its own parser.
+
+``docclass fit | validate | test | predict`` run :class:`TrainingCLI` (through
+:mod:`docclass.cli`, which adds the figures and the report after testing). Every run writes
+into its trainer's ``default_root_dir``: ``checkpoints/`` (atomic writes), CSV and TensorBoard
+logs, and after testing ``metrics.json``, ``split.json`` and the predictions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from jsonargparse import ArgumentError
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+from docclass.data.artifact import read_artifact
+from docclass.data.datamodule import DocDataModule
+from docclass.errors import ConfigError
+from docclass.train.callbacks import PredictionWriter, RandomState, RunReport, StopOnNonFiniteLoss
+from docclass.train.checkpoint import AtomicCheckpointIO
+from docclass.train.lit_module import DocClassifierModule
+
+LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
+
+# Named checkpoints Lightning resolves itself; anything else given as ckpt_path is a file.
+LIGHTNING_CKPT_ALIASES = {"last", "best", "hpc", "registry"}
+
+
+class TrainingCLI(LightningCLI):
+    """LightningCLI with the data sizes wired into the model and the run's outputs added.
+
+    After ``fit`` it tests the final weights (``--test_after_fit``) and calls
+    :meth:`after_test`, which the command line overrides to draw figures and write the report.
+    """
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        # The model's sizes come from the data (tokenizer vocabulary, label set): never typed twice.
+        parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
+        parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="instantiate")
+        parser.add_argument(
+            "--test_after_fit",
+            type=bool,
+            default=True,
+            help="after 'fit', evaluate the final weights on the test split and write the report",
+        )
+        parser.add_argument(
+            "--report_after_fit",
+            type=bool,
+            default=True,
+            help="after testing, write the HTML word-score report of the test split to "
+            "<default_root_dir>/report/",
+        )
+
+    def _subcommand_section(self, namespace):
+        """A subcommand's part of a namespace; the whole of it when run without a subcommand."""
+        return namespace[self.subcommand] if self.subcommand else namespace
+
+    def _parse_ckpt_path(self) -> None:
+        # LightningCLI reads the checkpoint's hyperparameters here, before any hook of ours runs;
+        # check the file first so a missing or damaged one gets a one-line error.
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if ckpt_path and ckpt_path not in LIGHTNING_CKPT_ALIASES:
+            read_artifact(ckpt_path)
+        super()._parse_ckpt_path()
+
+    def before_instantiate_classes(self) -> None:
+        config = self._subcommand_section(self.config)
+        ckpt_path = config.get("ckpt_path")
+        if ckpt_path and ckpt_path not in LIGHTNING_CKPT_ALIASES and not config.data.tokenizer_from:
+            # A checkpoint's weights only make sense with its own tokenizer and label order.
+            config.data.tokenizer_from = ckpt_path
+        max_tokens, max_positions = config.data.max_tokens, config.model.max_positions
+        if config.model.positions == "learned" and (
+            max_tokens is None or max_tokens > max_positions
+        ):
+            # Caught here rather than at the first long batch, minutes into training.
+            raise ConfigError(
+                f"learned positions cover {max_positions} tokens but data.max_tokens is "
+                f"{max_tokens}; set data.max_tokens <= model.max_positions or positions: sinusoidal"
+            )
+
+    def instantiate_trainer(self, **kwargs):
+        trainer_config = self._subcommand_section(self.config_init)["trainer"]
+        run_dir = Path(trainer_config.get("default_root_dir") or "reports/run")
+        configured = trainer_config.get("callbacks") or []
+        if not isinstance(configured, list):
+            configured = [configured]
+        run_config = self._subcommand_section(self.config).as_dict()
+        kwargs.setdefault(
+            "callbacks",
+            [
+                *configured,
+                ModelCheckpoint(
+                    dirpath=run_dir / "checkpoints",
+                    filename="best",
+                    monitor="val/acc",
+                    mode="max",
+                    enable_version_counter=False,
+                ),
+                # Lightning 2.6's save_last refreshes last.ckpt only when the monitored metric
+                # improved; an unmonitored checkpoint is rewritten after every epoch instead.
+                ModelCheckpoint(
+                    dirpath=run_dir / "checkpoints",
+                    filename="last",
+                    save_top_k=1,
+                    enable_version_counter=False,
+                ),
+                RunReport(run_config),
+                PredictionWriter(),
+                RandomState(),
+                StopOnNonFiniteLoss(),
+            ],
+        )
+        if not trainer_config.get("plugins"):
+            kwargs.setdefault("plugins", [AtomicCheckpointIO()])
+        if trainer_config.get("logger") in (None, True):
+            kwargs["logger"] = [
+                CSVLogger(run_dir, name="logs"),
+                TensorBoardLogger(run_dir, name="tensorboard"),
+            ]
+        return super().instantiate_trainer(**kwargs)
+
+    def after_fit(self) -> None:
+        if not self.config.fit.get("test_after_fit") or self.trainer.interrupted:
+            return
+        # The weights in memory are the last epoch's: validation is too small to pick epochs.
+        self.trainer.test(self.model, datamodule=self.datamodule, verbose=False)
+        self.after_test()
+
+    def after_test(self) -> None:
+        """What to do once ``metrics.json`` is written; the command line draws the figures."""
+
+
+def training_cli(args: Sequence[str] | None = None, run: bool = True, cli_class=TrainingCLI):
+    """Run (or, with ``run=False``, only build) ``cli_class`` the way ``docclass`` does."""
+    parser_kwargs = {"exit_on_error": False}
+    if run:
+        # Parse errors come back as exceptions, so they can be said in one line instead of the
+        # full usage text followed by a two-line message.
+        parser_kwargs.update({name: {"exit_on_error": False} for name in LIGHTNING_SUBCOMMANDS})
+    return cli_class(
+        DocClassifierModule,
+        DocDataModule,
+        seed_everything_default=0,
+        save_config_kwargs={"overwrite": True},
+        parser_kwargs=parser_kwargs,
+        args=None if args is None else list(args),
+        run=run,
+    )
+
+
+def datamodule_from_config(config: str | Path, overrides: Sequence[str] = ()) -> DocDataModule:
+    """The DataModule a training config describes, built by LightningCLI's own parser.
+
+    ``overrides`` are command-line arguments applied on top (``["--data.tokenizer_from",
+    ckpt]`` reuses a checkpoint's tokenizer and label order). The trainer and model the config
+    names are built too (that is how LightningCLI resolves a config) but never run.
+    """
+    path = Path(config)
+    if not path.is_file():
+        raise ConfigError(f"{config}: config not found; pass a file from configs/")
+    try:
+        cli = training_cli(
+            ["--config", str(path), "--trainer.logger", "false", *overrides], run=False
+        )
+    except ArgumentError as error:
+        raise ConfigError(f"{config}: {' '.join(str(error).split())}") from error
+    return cli.datamodule

@@ -1,0 +1,34 @@
+"""The one batcher: every index once, shortest first, within the size, budget and length limits."""
+
+import pytest
+
+from docclass.data.batching import length_batches
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 64])
+def test_length_batches_cover_every_index_once_with_bounded_padding(batch_size):
+    lengths = [5, 400, 17, 1024, 1024, 30, 31, 380, 2, 1000, 64, 70]
+    batches = length_batches(lengths, batch_size, similar_length=0.25, similar_tokens=16)
+    flat = [i for batch in batches for i in batch]
+    assert sorted(flat) == list(range(len(lengths)))
+    assert [lengths[i] for i in flat] == sorted(lengths)  # shortest first
+    for batch in batches:
+        assert len(batch) <= batch_size
+        shortest, longest = lengths[batch[0]], lengths[batch[-1]]
+        assert longest <= shortest * 1.25 + 16
+    if batch_size == 64:
+        # Similar lengths do share a batch: 1000 and the two 1024s, 2/5/17, 380/400.
+        assert [lengths[i] for i in batches[-1]] == [1000, 1024, 1024]
+        assert [2, 5, 17] in [[lengths[i] for i in b] for b in batches]
+        assert [380, 400] in [[lengths[i] for i in b] for b in batches]
+
+
+def test_token_budget_batches_fill_the_budget_shortest_first():
+    lengths = [5, 300, 7, 40, 41, 600, 6, 39]
+    batches = length_batches(lengths, 3, max_batch_tokens=128)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for batch in batches:
+        longest = max(lengths[i] for i in batch)
+        assert len(batch) <= 3 and (len(batch) * longest <= 128 or len(batch) == 1)
+    assert [5] in batches and [1] in batches  # over-budget documents travel alone
+    assert length_batches(lengths, 4) == [[0, 6, 2, 7], [3, 4, 1, 5]]

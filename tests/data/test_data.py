@@ -1,0 +1,379 @@
+import json
+
+import datasets
+import pytest
+import torch
+from helpers import AG_NEWS_CLASSES, topical_rows, write_ag_news_like
+
+from docclass.data.batching import BucketBatchSampler, collate
+from docclass.data.cleaning import deduplicate, whitespace_key
+from docclass.data.datamodule import DocDataModule
+from docclass.data.sources import SourceSpec, decode_text, load_source
+from docclass.data.tokenizer import TokenizerSpec
+from docclass.errors import DataError
+
+SMALL_TOKENIZER = TokenizerSpec(vocab_size=3000)
+BBC_CLASSES = ["business", "entertainment", "politics", "sports", "tech"]
+
+
+@pytest.fixture(scope="module")
+def bbc() -> DocDataModule:
+    datamodule = DocDataModule(source="bbc", tokenizer=SMALL_TOKENIZER, max_tokens=256)
+    datamodule.prepare()
+    return datamodule
+
+
+def split_keys(datamodule: DocDataModule, split: str) -> set[str]:
+    return {whitespace_key(t) for t in datamodule.splits[split]["text"]}
+
+
+class TestEmbeddedBBC:
+    def test_reads_every_file_and_decodes_the_legacy_one(self):
+        loaded = load_source(SourceSpec("bbc"))
+        corpus = loaded.splits["train"]
+        assert len(corpus) == 2225
+        assert loaded.label_names == BBC_CLASSES
+        assert loaded.stats["non_utf8_files"] == 1
+        legacy = corpus[corpus["id"].index("sports/199.txt")]["text"]
+        assert "£" in legacy and "\ufffd" not in legacy
+
+    def test_duplicates_removed_and_splits_disjoint(self, bbc):
+        assert bbc.stats["duplicates_removed"] == 100
+        assert bbc.stats["documents_read"] == 2225
+        train, val, test = (split_keys(bbc, s) for s in ("train", "val", "test"))
+        assert not (train & test) and not (train & val) and not (val & test)
+        assert len(train) + len(val) + len(test) == 2125
+
+    def test_split_is_80_10_10_and_stratified(self, bbc):
+        sizes = {s: len(bbc.splits[s]) for s in ("train", "val", "test")}
+        assert abs(sizes["test"] / 2125 - 0.1) < 0.01 and abs(sizes["val"] / 2125 - 0.1) < 0.01
+        all_counts = torch.bincount(torch.tensor(bbc.splits["train"]["label"]), minlength=5).float()
+        test_counts = torch.bincount(torch.tensor(bbc.splits["test"]["label"]), minlength=5).float()
+        assert torch.allclose(
+            test_counts / test_counts.sum(), all_counts / all_counts.sum(), atol=0.01
+        )
+
+    def test_split_is_deterministic_and_seeded(self, bbc, tmp_path):
+        again = DocDataModule(source="bbc", tokenizer=SMALL_TOKENIZER)
+        again.prepare()
+        assert again.splits["test"]["id"] == bbc.splits["test"]["id"]
+        other = DocDataModule(source="bbc", tokenizer=SMALL_TOKENIZER, split_seed=1)
+        other.prepare()
+        assert other.splits["test"]["id"] != bbc.splits["test"]["id"]
+
+    def test_split_file_round_trip(self, bbc, tmp_path):
+        path = tmp_path / "split.json"
+        bbc.write_split(path)
+        reused = DocDataModule(
+            source="bbc", tokenizer=SMALL_TOKENIZER, split_seed=7, split_file=str(path)
+        )
+        reused.prepare()
+        for split in ("train", "val", "test"):
+            assert reused.splits[split]["id"] == bbc.splits[split]["id"]
+
+    def test_tokenizer_trained_on_train_split_only(self, bbc):
+        vocabulary = bbc.tokenizer.get_vocab()
+        assert len(vocabulary) == 3000
+        # A token that occurs only in held-out documents cannot be a whole-word entry.
+        train_text = " ".join(bbc.splits["train"]["text"]).lower()
+        held_out_only = {
+            w
+            for t in bbc.splits["test"]["text"]
+            for w in t.lower().split()
+            if w.isalpha() and len(w) > 6 and w not in train_text
+        }
+        assert held_out_only and not held_out_only & vocabulary.keys()
+
+    def test_truncation_is_flagged(self, bbc):
+        tokenized = bbc.tokenized("test")
+        assert max(len(ids) for ids in tokenized["input_ids"]) == 256
+        flagged = [
+            t for t, n in zip(tokenized["truncated"], tokenized["n_tokens"], strict=True) if t
+        ]
+        assert flagged and all(
+            n > 256 for t, n in zip(tokenized["truncated"], tokenized["n_tokens"], strict=True) if t
+        )
+
+    def test_batches_pad_to_their_own_longest(self, bbc):
+        loader = bbc.train_dataloader()
+        real = padded = 0
+        seen = []
+        for batch in loader:
+            assert (
+                batch["input_ids"].dtype == torch.long
+                and batch["attention_mask"].dtype == torch.bool
+            )
+            assert batch["attention_mask"].any(-1).all()
+            real += batch["attention_mask"].sum().item()
+            padded += batch["attention_mask"].numel()
+            seen += batch["index"].tolist()
+        assert sorted(seen) == list(range(len(bbc.splits["train"])))
+        assert real / padded > 0.95
+
+
+class TestBucketBatchSampler:
+    def test_each_index_once_reproducible_and_reshuffled_per_epoch(self):
+        lengths = torch.randint(1, 500, (1000,)).tolist()
+        sampler = BucketBatchSampler(
+            torch.utils.data.RandomSampler(range(1000)), 32, False, lengths, seed=3
+        )
+        first = list(sampler)
+        assert sorted(i for b in first for i in b) == list(range(1000))
+        assert all(len(b) <= 32 for b in first)
+        sampler.set_epoch(1)
+        assert list(sampler) != first
+
+    def test_drop_last(self):
+        sampler = BucketBatchSampler(
+            range(70), 32, True, [5] * 70, bucket_batches=10, shuffle=False
+        )
+        assert [len(b) for b in sampler] == [32, 32]
+
+    def test_token_budget_holds_and_every_index_comes_once(self):
+        lengths = torch.randint(1, 500, (1000,)).tolist()
+        sampler = BucketBatchSampler(
+            torch.utils.data.RandomSampler(range(1000)), 64, False, lengths, seed=3,
+            max_batch_tokens=4096,
+        )  # fmt: skip
+        batches = list(sampler)
+        assert sorted(i for b in batches for i in b) == list(range(1000))
+        for batch in batches:
+            assert len(batch) <= 64 and len(batch) * max(lengths[i] for i in batch) <= 4096
+        assert len(sampler) == len(batches)
+        # Short documents travel in larger batches than long ones.
+        assert len(batches[[min(lengths[i] for i in b) for b in batches].index(1)]) == 64
+
+    def test_token_budget_gives_every_ddp_rank_the_same_number_of_batches(self):
+        # Rank 0 gets the short documents, rank 1 the long ones: very different batch counts
+        # under a budget, which would leave rank 0 waiting in the all-reduce.
+        lengths = [10 if i % 2 == 0 else 400 for i in range(400)]
+        shares = []
+        for rank in (0, 1):
+            distributed = torch.utils.data.DistributedSampler(
+                range(400), num_replicas=2, rank=rank, shuffle=False
+            )
+            sampler = BucketBatchSampler(
+                distributed, 32, False, lengths, max_batch_tokens=1600, shuffle=False
+            )
+            shares.append(list(sampler))
+            assert len(sampler) == len(shares[-1])
+        assert len(shares[0]) == len(shares[1]) == 200 // 4  # rank 1: 4 documents of 400
+        assert {i for b in shares[0] for i in b} == set(range(0, 400, 2))
+        assert {i for b in shares[1] for i in b} == set(range(1, 400, 2))
+
+
+def test_collate_pads_and_masks():
+    rows = [
+        {"input_ids": [5, 6, 7], "label": 1, "index": 0, "truncated": False},
+        {"input_ids": [8], "label": 0, "index": 1, "truncated": True},
+    ]
+    batch = collate(rows)
+    assert batch["input_ids"].tolist() == [[5, 6, 7], [8, 0, 0]]
+    assert batch["attention_mask"].tolist() == [[True, True, True], [True, False, False]]
+    assert batch["labels"].tolist() == [1, 0] and batch["truncated"].tolist() == [False, True]
+    # Rounded up to a multiple: fewer distinct shapes for a compiled model, all of it padding.
+    rounded = collate(rows, pad_to_multiple=4)
+    assert rounded["input_ids"].tolist() == [[5, 6, 7, 0], [8, 0, 0, 0]]
+    assert rounded["attention_mask"].sum().item() == 4
+    assert collate(rows, pad_to_multiple=3)["input_ids"].shape == (2, 3)
+
+
+@pytest.mark.fault(
+    "corpus file that is not valid UTF-8",
+    "decoded as Windows-1252 and counted in `metrics.json`",
+)
+def test_decode_falls_back_to_windows_1252():
+    assert decode_text("£5 café".encode()) == ("£5 café", False)
+    assert decode_text(b"\xa35 caf\xe9") == ("£5 café", True)
+
+
+def test_deduplicate_keeps_first_and_drops_conflicts():
+    data = datasets.Dataset.from_dict(
+        {
+            "text": ["a b", "a  b", "c", "c", "d", "e"],
+            "label": [0, 0, 1, 2, 0, 1],
+            "id": list("123456"),
+        }
+    )
+    kept, removed = deduplicate(data, also_remove={"e"})
+    assert kept["id"] == ["1", "5"] and removed == 4
+
+
+# -- files and hub-shaped folders ---------------------------------------------------------
+
+
+def test_hub_loader_on_an_ag_news_shaped_folder(tmp_path):
+    root = write_ag_news_like(tmp_path / "ag_news")
+    datamodule = DocDataModule(source=str(root), tokenizer=SMALL_TOKENIZER, val_fraction=0.25)
+    assert datamodule.num_classes == 4
+    assert datamodule.label_names == AG_NEWS_CLASSES
+    assert len(datamodule.splits["test"]) == 20  # the source's own test split, untouched
+    assert len(datamodule.splits["train"]) + len(datamodule.splits["val"]) == 80
+    batch = next(iter(datamodule.train_dataloader()))
+    assert batch["input_ids"].shape[0] == 32
+
+
+def test_tfidf_anchor_scores_the_same_split(tmp_path):
+    from benchmarks.anchors import tfidf_svm_anchor
+
+    root = write_ag_news_like(tmp_path / "ag_news", n_train=120, n_test=40)
+    datamodule = DocDataModule(source=str(root), tokenizer=SMALL_TOKENIZER, val_fraction=0.25)
+    figures = tfidf_svm_anchor(datamodule)
+    # Topic words decide the label in this synthetic corpus: a linear model must get it right.
+    assert figures["test_acc"] == 1.0 and figures["test_documents"] == 40
+
+
+def test_dbpedia_shaped_parquet_with_a_configured_text_column(tmp_path):
+    rows = topical_rows(60)
+    data = datasets.Dataset.from_dict(
+        {"label": rows["label"], "title": ["t"] * 60, "content": rows["text"]}
+    )
+    path = tmp_path / "dbpedia.parquet"
+    data.to_parquet(str(path))
+    datamodule = DocDataModule(
+        source=str(path),
+        text_column="content",
+        tokenizer=SMALL_TOKENIZER,
+        val_fraction=0.2,
+        test_fraction=0.2,
+    )
+    datamodule.prepare()
+    assert datamodule.label_names == ["0", "1", "2", "3"]
+    assert sum(len(d) for d in datamodule.splits.values()) == 60
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_local_files_with_string_labels(tmp_path, suffix):
+    rows = topical_rows(40)
+    data = datasets.Dataset.from_dict(
+        {
+            "body": rows["text"] + ["   ", ""],
+            "topic": [AG_NEWS_CLASSES[i] for i in rows["label"]] + ["World"] * 2,
+        }
+    )
+    path = tmp_path / f"docs{suffix}"
+    data.to_csv(str(path), index=False) if suffix == ".csv" else data.to_json(str(path))
+    datamodule = DocDataModule(
+        source=str(path),
+        text_column="body",
+        label_column="topic",
+        tokenizer=SMALL_TOKENIZER,
+        val_fraction=0.2,
+        test_fraction=0.2,
+    )
+    datamodule.prepare()
+    assert datamodule.label_names == sorted(AG_NEWS_CLASSES)
+    assert datamodule.stats["empty_dropped"] == 2
+
+
+def test_folder_of_class_subfolders(tmp_path):
+    rows = topical_rows(40)
+    for i, (text, label) in enumerate(zip(rows["text"], rows["label"], strict=True)):
+        folder = tmp_path / AG_NEWS_CLASSES[label].replace("/", "-")
+        folder.mkdir(exist_ok=True)
+        (folder / f"{i}.txt").write_text(text)
+    datamodule = DocDataModule(
+        source=str(tmp_path), tokenizer=SMALL_TOKENIZER, val_fraction=0.2, test_fraction=0.2
+    )
+    assert datamodule.num_classes == 4
+    assert datamodule.splits["test"]["id"][0].endswith(".txt")
+
+
+# -- bad input: one line naming the problem and the fix ------------------------------------
+def one_line_error(**settings) -> str:
+    with pytest.raises(DataError) as caught:
+        DocDataModule(tokenizer=SMALL_TOKENIZER, **settings).prepare()
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.fault(
+    "data source file that does not exist",
+    "one line naming it",
+)
+def test_missing_file(tmp_path):
+    message = one_line_error(source=str(tmp_path / "nope.csv"))
+    assert "nope.csv: no such file" in message
+
+
+@pytest.mark.fault(
+    "table without the configured text / label column",
+    "one line naming the columns it has",
+)
+def test_missing_column(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"body": "x", "label": 1}) + "\n")
+    message = one_line_error(source=str(path))
+    assert "column(s) ['text'] not found" in message and "text_column" in message
+
+
+def test_unknown_hub_dataset_offline():
+    message = one_line_error(source="no-such-org/no-such-dataset-xyz")
+    assert "could not be loaded" in message
+
+
+def test_label_unseen_in_training(tmp_path):
+    root = tmp_path / "hub"
+    (root / "data").mkdir(parents=True)
+    datasets.Dataset.from_dict({"text": ["a b", "c d"] * 10, "label": ["x", "y"] * 10}).to_parquet(
+        str(root / "data" / "train-0.parquet")
+    )
+    datasets.Dataset.from_dict({"text": ["e f", "g h"], "label": ["x", "z"]}).to_parquet(
+        str(root / "data" / "test-0.parquet")
+    )
+    message = one_line_error(source=str(root), val_fraction=0.2)
+    assert "label(s) ['z']" in message
+
+
+def test_empty_dataset(tmp_path):
+    path = tmp_path / "empty.csv"
+    path.write_text("text,label\n   ,a\n,b\n")
+    message = one_line_error(source=str(path))
+    assert "no training documents left" in message
+
+
+@pytest.mark.parametrize(
+    "name, content, expected",
+    [
+        ("latin1.csv", b"text,label\n\xff\xfe caf\xe9,a\nok,b\n", "save it as UTF-8"),
+        ("empty.csv", b"", "No columns to parse"),
+        ("broken.jsonl", b'{"text": "a", "label": 1}\n{broken\n', "could not be read"),
+    ],
+)
+@pytest.mark.fault(
+    "empty, malformed or unreadable data files",
+    "one line naming the file and the cause",
+)
+def test_unreadable_files_name_the_cause(tmp_path, name, content, expected):
+    path = tmp_path / name
+    path.write_bytes(content)
+    message = one_line_error(source=str(path))
+    assert message.startswith(f"{path}: could not be read") and expected in message
+
+
+def test_unsupported_file_type(tmp_path):
+    path = tmp_path / "docs.xlsx"
+    path.write_bytes(b"PK")
+    message = one_line_error(source=str(path))
+    assert "unsupported file type '.xlsx'" in message
+
+
+def test_bad_fractions_refused():
+    with pytest.raises(DataError, match="data.test_fraction must be between 0 and 0.5"):
+        DocDataModule(test_fraction=0.7)
+
+
+def test_epoch_shuffle_sampler_replays_random_sampler_from_any_epoch():
+    """A resumed run must see the orders an uninterrupted one sees, epoch for epoch."""
+    from torch.utils.data import RandomSampler
+
+    from docclass.data.batching import EpochShuffleSampler
+
+    uninterrupted = RandomSampler(range(37), generator=torch.Generator().manual_seed(5))
+    orders = [list(uninterrupted) for _ in range(4)]
+    assert orders[0] != orders[1]
+    for epoch, order in enumerate(orders):
+        resumed = EpochShuffleSampler(37, seed=5)  # a fresh process, as after a restart
+        resumed.set_epoch(epoch)
+        assert list(resumed) == order

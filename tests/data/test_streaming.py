@@ -1,0 +1,210 @@
+"""The streamed training path on a generated corpus: every document once, bucketed within a
+budget, shared between ranks and workers, and a fit that learns from it."""
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from helpers import CONFIGS, KEYWORDS, write_jsonl
+from torch.utils.data import DataLoader
+
+from docclass.data.batching import collate, padding_efficiency
+from docclass.data.datamodule import DocDataModule
+from docclass.data.streaming import (
+    StreamedBatches,
+    checked_rows,
+    open_stream,
+)
+from docclass.data.synthetic import planted_keyword_corpus
+from docclass.errors import DataError
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Four training shards (1,200 documents, lengths 5-120 words) and a held-out file."""
+    root = tmp_path_factory.mktemp("stream")
+    rows = planted_keyword_corpus(400, KEYWORDS, words_per_document=(5, 120), seed=7)
+    for shard in range(4):
+        write_jsonl(root / f"train-{shard}.jsonl", rows[shard::4])
+    held_out = planted_keyword_corpus(60, KEYWORDS, seed=8)
+    write_jsonl(root / "held_out.jsonl", held_out)
+    return root, rows
+
+
+def word_encoder(texts):
+    """One token per word (ids by length, enough for shapes and counts)."""
+    return [[2 + len(word) for word in text.split()] for text in texts]
+
+
+def streamed(corpus, **options):
+    root, _ = corpus
+    settings = {
+        "open_documents": lambda: open_stream(str(root / "train-*.jsonl")),
+        "encode": word_encoder,
+        "label_index": {k: i for i, k in enumerate(KEYWORDS)},
+        "collate": collate,
+        "max_tokens": None,
+        "batch_size": 32,
+        "max_batch_tokens": 1024,
+        "bucket_documents": 300,
+        "shuffle_buffer": 200,
+        **options,
+    }
+    return StreamedBatches(**settings)
+
+
+def documents_in(batches):
+    """Each batch's documents as tuples of token ids, for counting."""
+    seen = []
+    for batch in batches:
+        for row, mask in zip(batch["input_ids"], batch["attention_mask"], strict=True):
+            seen.append(tuple(row[mask].tolist()))
+    return seen
+
+
+def test_one_epoch_reads_every_document_once_in_budgeted_length_buckets(corpus):
+    _, rows = corpus
+    batches = list(streamed(corpus))
+    expected = Counter(tuple(ids) for ids in word_encoder([r["text"] for r in rows]))
+    assert Counter(documents_in(batches)) == expected
+    for batch in batches:
+        assert batch["input_ids"].numel() <= 1024 or len(batch["input_ids"]) == 1
+    # Sorting within the buffer keeps padding low; one random order would pad heavily.
+    assert padding_efficiency(batches) > 0.9
+    shuffled = [collate_rows(rows[i : i + 8]) for i in range(0, len(rows), 8)]
+    assert padding_efficiency(shuffled) < 0.7
+
+
+def collate_rows(rows):
+    return collate(
+        [
+            {"input_ids": ids, "label": 0, "index": 0, "truncated": False}
+            for ids in word_encoder([r["text"] for r in rows])
+        ]
+    )
+
+
+def test_epochs_shuffle_differently_and_repeat_exactly(corpus):
+    first = streamed(corpus)
+    order = [b["input_ids"].tolist() for b in first]
+    again = [b["input_ids"].tolist() for b in streamed(corpus)]
+    assert order == again
+    first.set_epoch(1)
+    assert [b["input_ids"].tolist() for b in first] != order
+
+
+def test_ranks_share_the_stream_without_overlap_and_run_equal_steps(corpus):
+    _, rows = corpus
+    shares = [
+        list(streamed(corpus, rank=rank, world_size=2, steps_per_epoch=40)) for rank in (0, 1)
+    ]
+    assert [len(share) for share in shares] == [40, 40]
+    # Without a step count no rank may start: it would hang the others at the end.
+    with pytest.raises(DataError, match="steps_per_epoch"):
+        next(iter(streamed(corpus, rank=0, world_size=2)))
+    # One pass of each rank: disjoint shares that together are the corpus.
+    once = [documents_in(streamed(corpus, rank=r, world_size=2, steps_per_epoch=1)._pass(0))
+            for r in (0, 1)]  # fmt: skip
+    expected = Counter(tuple(ids) for ids in word_encoder([r["text"] for r in rows]))
+    assert not set(once[0]) & set(once[1])
+    assert Counter(once[0]) + Counter(once[1]) == expected
+
+
+def test_dataloader_workers_split_the_stream(corpus):
+    _, rows = corpus
+    loader = DataLoader(streamed(corpus), batch_size=None, num_workers=2)
+    seen = documents_in(loader)
+    assert len(seen) == len(rows)
+
+
+@pytest.mark.fault(
+    "a streamed document whose label the held-out data does not have",
+    "one line naming the label and the fix",
+)
+def test_unknown_stream_label_is_one_line_naming_the_fix(corpus, tmp_path):
+    write_jsonl(tmp_path / "bad.jsonl", [{"text": "some words here", "label": "sport"}])
+    batches = streamed(corpus, open_documents=lambda: open_stream(str(tmp_path / "bad.jsonl")))
+    with pytest.raises(DataError, match="label 'sport' is not among") as error:
+        list(batches)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.fault(
+    "a stream that matches no files, lacks the text column, is empty, or is not UTF-8",
+    "one line naming the stream and the fix",
+)
+@pytest.mark.parametrize(
+    ("stream", "content", "message"),
+    [
+        ("nowhere/*.jsonl", None, "matches no files"),
+        ("{root}/train-0.jsonl", None, "no column 'body'"),
+        ("{tmp}/empty.jsonl", b"", "holds no documents"),
+        ("{tmp}/latin1.jsonl", '{"body": "café", "label": "x"}\n'.encode("latin-1"),
+         "not valid UTF-8"),
+    ],
+    ids=["no files", "no column", "empty", "not UTF-8"],
+)  # fmt: skip
+def test_bad_stream_is_one_line(corpus, tmp_path, stream, content, message):
+    root, _ = corpus
+    path = stream.format(root=root, tmp=tmp_path)
+    if content is not None:
+        Path(path).write_bytes(content)
+    with pytest.raises(DataError, match=message) as error:
+        list(checked_rows(open_stream(path, text_column="body")))
+    assert "\n" not in str(error.value)
+
+
+def test_fit_learns_from_a_stream(corpus, tmp_path):
+    from docclass.cli import main
+
+    root, _ = corpus
+    run_dir = tmp_path / "run"
+    main([
+        "fit", "--config", str(CONFIGS / "tiny.yaml"),
+        "--data.source", str(root / "held_out.jsonl"), "--data.max_docs_per_class", "null",
+        "--data.stream", str(root / "train-*.jsonl"), "--data.max_batch_tokens", "2048",
+        "--data.steps_per_epoch", "60", "--data.max_tokens", "256",
+        "--trainer.max_epochs", "4", "--trainer.callbacks=[]", "--report_after_fit", "false",
+        "--trainer.default_root_dir", str(run_dir),
+    ])  # fmt: skip
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["test"]["accuracy"] >= 0.9
+    assert metrics["epochs_trained"] == 4
+
+
+def test_stream_options_need_a_stream():
+    with pytest.raises(DataError, match="set data.stream"):
+        DocDataModule(steps_per_epoch=100)
+
+
+@pytest.mark.fault(
+    "a streamed training set with neither data.steps_per_epoch nor trainer.max_steps",
+    "one line: the learning-rate schedule needs one of them",
+)
+def test_stream_without_a_length_is_one_line(corpus, tmp_path, capsys):
+    from docclass.cli import main
+
+    root, _ = corpus
+    with pytest.raises(SystemExit) as exit_info:
+        main([
+            "fit", "--config", str(CONFIGS / "tiny.yaml"),
+            "--data.source", str(root / "held_out.jsonl"),
+            "--data.stream", str(root / "train-*.jsonl"), "--trainer.callbacks=[]",
+            "--trainer.default_root_dir", str(tmp_path),
+        ])  # fmt: skip
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "set data.steps_per_epoch or trainer.max_steps" in error[0]
+
+
+def test_hub_layout_streams_with_renamed_columns(tmp_path):
+    import datasets
+
+    # A local folder in a hub dataset's layout goes through the same load_dataset call a hub
+    # name does (the hub itself cannot be reached here).
+    rows = [{"content": f"document number {i}", "topic": KEYWORDS[i % 3]} for i in range(9)]
+    (tmp_path / "data").mkdir()
+    datasets.Dataset.from_list(rows).to_parquet(tmp_path / "data" / "train-00000-of-00001.parquet")
+    stream = open_stream(str(tmp_path), text_column="content", label_column="topic")
+    assert list(stream) == [{"text": r["content"], "label": r["topic"]} for r in rows]

@@ -1,0 +1,139 @@
+"""Integrated gradients, leave-one-word-out agreement and the two sanity checks, on models whose
+right answers are known."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from helpers import DOCUMENTS, tiny_classifier
+
+from benchmarks.planted_keyword import planted_keyword_hits
+from docclass.data.synthetic import planted_keyword_corpus
+from docclass.evaluate import sanity as trust
+from docclass.interpret import integrated_gradients as ig
+from docclass.interpret.explain import explain_documents
+from docclass.interpret.inputs import document_inputs
+from docclass.nn.model import DocumentClassifier, ModelConfig
+from docclass.train.checkpoint import TrainedClassifier, load_classifier
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """A model with no self-attention block trained on the planted-keyword corpus, with
+    held-out documents and their explanations."""
+    workdir = tmp_path_factory.mktemp("planted")
+    figures = planted_keyword_hits(str(workdir), block_counts=(0,), epochs=6)
+    classifier = load_classifier(workdir / "blocks-0" / "checkpoints" / "last.ckpt")
+    rows = planted_keyword_corpus(4, seed=5)
+    texts = [row["text"] for row in rows]
+    return classifier, rows, texts, explain_documents(classifier, texts), figures
+
+
+def test_integrated_gradients_add_up_to_the_logit_gap():
+    classifier = tiny_classifier(n_layers=1)
+    text = DOCUMENTS[1]
+    (record,) = explain_documents(classifier, [text])
+    scores, relative_delta = ig.integrated_gradients(classifier, text, record, steps=64)
+    assert len(scores) == record["words_read"]
+    # Completeness: attributions sum to f(x) - f(baseline), the baseline being padding
+    # embeddings at the same positions.
+    model = classifier.model
+
+    ids, _, predicted = document_inputs(classifier, text, record)
+    with torch.no_grad():
+        mask = torch.ones(1, len(ids), dtype=torch.bool)
+        full = model(ids[None], mask).logits[0, predicted]
+        positions = model.position_vectors(len(ids), ids.device)
+        baseline = model(ids[None], mask, inputs_embeds=positions[None]).logits[0, predicted]
+    assert sum(scores) == pytest.approx(float(full - baseline), rel=1e-3, abs=1e-4)
+    assert relative_delta < 1e-3
+
+
+def test_integrated_gradients_find_the_planted_keyword(planted):
+    classifier, rows, texts, records, _ = planted
+    records = copy.deepcopy(records)
+    ig.add_integrated_gradients(classifier, texts, records, steps=16)
+    hits = [
+        int(np.argmax(record["scores"][ig.IG_METHOD])) == row["keyword_position"]
+        for record, row in zip(records, rows, strict=True)
+    ]
+    assert np.mean(hits) >= 0.95
+
+
+def test_leave_one_out_is_each_word_dropped_alone():
+    classifier = tiny_classifier(n_layers=1)
+    text = DOCUMENTS[0]
+    (record,) = explain_documents(classifier, [text])
+    importance = trust.leave_one_out(classifier, text, record)
+
+    ids, token_words, predicted = document_inputs(classifier, text, record)
+    with torch.no_grad():
+        full = torch.softmax(classifier.model(ids[None], torch.ones(1, len(ids)).bool()).logits, -1)
+        for word in (0, record["words_read"] - 1):
+            keep = torch.from_numpy(token_words != word)[None]
+            without = torch.softmax(classifier.model(ids[None], keep).logits, -1)
+            expected = float(full[0, predicted] - without[0, predicted])
+            assert importance[word] == pytest.approx(expected, abs=1e-6)
+
+
+def test_kendall_tau_is_one_for_leave_one_out_itself_and_low_for_reversed(planted):
+    classifier, _, texts, records, _ = planted
+    records = copy.deepcopy(records)
+    for record, text in zip(records, texts, strict=True):
+        importance = trust.leave_one_out(classifier, text, record)
+        record["scores"] = {"itself": importance.tolist(), "reversed": (-importance).tolist()}
+    agreement = trust.loo_agreement(classifier, texts, records)
+    assert agreement["itself"]["mean"] == pytest.approx(1.0)
+    assert agreement["reversed"]["mean"] == pytest.approx(-1.0)
+    assert agreement["itself"]["documents"] == len(texts)
+
+
+def test_permuting_the_pool_moves_a_keyword_model_and_not_a_bag_of_identical_tokens(planted):
+    classifier, _, texts, _, _ = planted
+    moved = trust.permuted_pool(classifier, texts, permutations=10)
+    # The keyword decides the label and only the pool's weights single it out.
+    assert moved["documents_any_label_change"] >= 0.9
+    assert moved["median_total_variation"] > 0.2
+
+    # No positions, no blocks, one word repeated: every token vector is the same, so no
+    # permutation of the weights can move anything.
+    config = ModelConfig(
+        vocab_size=classifier.tokenizer.get_vocab_size(), num_classes=3, d_model=16,
+        n_heads=2, n_layers=0, pool_heads=2, positions="none",
+    )  # fmt: skip
+    still = TrainedClassifier(
+        DocumentClassifier(config).eval(), classifier.tokenizer, ["a", "b", "c"], None
+    )
+    unmoved = trust.permuted_pool(still, ["zorblax " * 12, "quintessa " * 30], permutations=5)
+    assert unmoved["median_total_variation"] == pytest.approx(0.0, abs=1e-9)
+    assert unmoved["documents_any_label_change"] == 0.0
+
+
+def test_randomised_copy_takes_fresh_weights_only_where_asked():
+    classifier = tiny_classifier(n_layers=2)
+    stages = trust.randomisation_stages(classifier.model)
+    assert [name for name, _ in stages] == [
+        "read-out", "pool", "block 1", "block 0", "embeddings",
+    ]  # fmt: skip
+    partial = trust.randomised_copy(classifier, stages[1][1], seed=3).model.state_dict()
+    torch.manual_seed(3)
+    fresh = DocumentClassifier(classifier.model.config).state_dict()
+    trained = classifier.model.state_dict()
+    for key, value in partial.items():
+        source = fresh if key.split(".")[0] in ("head", "pool", "final_norm") else trained
+        assert torch.equal(value, source[key]), key
+    assert not torch.equal(partial["head.weight"], trained["head.weight"])
+
+
+def test_randomising_weights_changes_faithful_scores_and_not_what_cannot_see_them(planted):
+    classifier, _, texts, records, _ = planted
+    result = trust.randomised_weights(classifier, texts, records)
+    assert list(result) == ["read-out", "pool", "embeddings"]
+    # Pool attention is computed before the read-out: randomising the read-out cannot move it.
+    assert result["read-out"]["attention"]["mean"] == pytest.approx(1.0)
+    # With every weight fresh the scores have moved. Pool attention keeps a rank correlation of
+    # about 0.55 here: fixed sinusoidal positions are not weights and survive randomisation.
+    for method in ("contribution", "grad_input"):
+        assert result["embeddings"][method]["mean"] < 0.5, method
+    assert result["embeddings"]["attention"]["mean"] < 0.7

@@ -1,0 +1,154 @@
+"""Helpers shared by tests in different folders (fixtures live in conftest.py)."""
+
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+import datasets
+import torch
+
+from docclass.data.tokenizer import TokenizerSpec, train_tokenizer
+from docclass.nn.model import DocumentClassifier, ModelConfig
+from docclass.train.checkpoint import TrainedClassifier
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+
+
+def padded_batch(
+    lengths: list[int], vocab: int = 50, extra_padding: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random token ids with the given real lengths, padded with id 0 to the longest (+ extra)."""
+    width = max(lengths) + extra_padding
+    ids = torch.zeros(len(lengths), width, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        ids[row, :length] = torch.randint(2, vocab, (length,))
+    return ids, ids != 0
+
+
+AG_NEWS_CLASSES = ["World", "Sports", "Business", "Sci/Tech"]
+TOPIC_WORDS = {
+    "World": "minister election treaty border",
+    "Sports": "match goal season coach",
+    "Business": "shares profit market bank",
+    "Sci/Tech": "software chip internet robot",
+}
+
+
+def topical_rows(n: int, names=AG_NEWS_CLASSES, seed: int = 0) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    texts, labels = [], []
+    for i in range(n):
+        label = i % len(names)
+        words = TOPIC_WORDS[names[label]].split()
+        picks = torch.randint(0, len(words), (8,), generator=generator).tolist()
+        texts.append(f"item {i} " + " ".join(words[p] for p in picks))
+        labels.append(label)
+    return {"text": texts, "label": labels}
+
+
+KEYWORDS = ("zorblax", "quintessa", "vermilox")
+
+
+def write_jsonl(path, rows):
+    with path.open("w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps({"text": row["text"], "label": row["label"]}) + "\n")
+
+
+def write_ag_news_like(root, n_train=80, n_test=20):
+    """Files laid out and typed like the hub's ag_news: data/{train,test}-*.parquet, ClassLabel."""
+    features = datasets.Features(
+        {"text": datasets.Value("string"), "label": datasets.ClassLabel(names=AG_NEWS_CLASSES)}
+    )
+    (root / "data").mkdir(parents=True)
+    for split, n, seed in (("train", n_train, 0), ("test", n_test, 1)):
+        dataset = datasets.Dataset.from_dict(topical_rows(n, seed=seed), features=features)
+        dataset.to_parquet(str(root / "data" / f"{split}-00000-of-00001.parquet"))
+    return root
+
+
+LABELS = ["markets", "sport", "tech"]
+DOCUMENTS = [
+    "Markets rallied as the central bank held interest rates.",
+    "The striker scored twice in the second half, and the crowd roared!",
+    "New smartphones ship with faster chips… and better cameras 🙂.",
+    "Short.",
+]
+
+
+def tiny_classifier(
+    n_layers: int = 2, max_tokens: int | None = None, attention_window: int = 0
+) -> TrainedClassifier:
+    tokenizer = train_tokenizer(CORPUS, TokenizerSpec(vocab_size=90, min_frequency=1))
+    config = ModelConfig(
+        vocab_size=tokenizer.get_vocab_size(),
+        num_classes=len(LABELS),
+        d_model=16,
+        n_heads=2,
+        n_layers=n_layers,
+        pool_heads=2,
+        ffn_mult=2,
+        attention_window=attention_window,
+    )
+    torch.manual_seed(0)
+    model = DocumentClassifier(config).eval()
+    return TrainedClassifier(model, tokenizer, LABELS, max_tokens)
+
+
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Markets rallied as the central bank held interest rates.",
+    "The striker scored twice in the second half.",
+    "New smartphones ship with faster chips and better cameras.",
+] * 5
+
+
+HARD_TEXTS = [
+    ("Hello, world!", ["Hello", ",", "world", "!"]),
+    ("a  b\t\tc\n\nd", ["a", "b", "c", "d"]),
+    ("supercalifragilistic", ["supercalifragilistic"]),
+    ("Ｆｕｌｌｗｉｄｔｈ text", ["Ｆｕｌｌｗｉｄｔｈ", "text"]),
+    ("Zürich's café", ["Zürich", "'", "s", "café"]),
+    ("emoji 🙂 ok", ["emoji", "🙂", "ok"]),
+    # NFKC expands the ellipsis into three full stops: still one word of the original text.
+    ("wait… what", ["wait", "…", "what"]),
+]
+
+
+class WordCollector(HTMLParser):
+    """The text of every ``<span class="w …">`` and of the ``#text`` block, as parsed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.words: dict[int, dict] = {}
+        self.text_parts: list[str] = []
+        self._depth = 0  # inside #text
+        self._word: int | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attributes = dict(attrs)
+        if attributes.get("id") == "text":
+            self._depth = 1
+        elif self._depth:
+            self._depth += 1
+            if "w" in (attributes.get("class") or "").split():
+                self._word = int(attributes["id"][1:])
+                self.words[self._word] = {"text": "", **attributes}
+
+    def handle_endtag(self, tag):
+        if self._depth:
+            self._depth -= 1
+            self._word = None
+
+    def handle_data(self, data):
+        if self._depth:
+            self.text_parts.append(data)
+            if self._word is not None:
+                self.words[self._word]["text"] += data
+
+
+def parsed_page(path) -> WordCollector:
+    collector = WordCollector()
+    collector.feed(path.read_text(encoding="utf-8"))
+    return collector

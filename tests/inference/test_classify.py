@@ -1,0 +1,207 @@
+"""Bulk classification: every input kind, every bad input, one row per document, in order."""
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import docclass
+from docclass.cli import main
+from docclass.errors import CheckpointError
+from docclass.inference.classify import read_inputs
+
+LONG = "The striker scored twice in the second half and the crowd roared. " * 40
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("inputs")
+    (root / "folder" / "nested").mkdir(parents=True)
+    (root / "folder" / "a.txt").write_text("Shares rose after profits beat forecasts.")
+    (root / "folder" / "nested" / "b.txt").write_text("Film wins award at festival.")
+    (root / "folder" / ".hidden").mkdir()
+    (root / "folder" / ".hidden" / "skip.txt").write_text("never read")
+    (root / "empty.txt").write_text("  \n\t ")
+    (root / "latin1.txt").write_bytes("Chelsea pay £5m for striker".encode("latin-1"))
+    (root / "binary.bin").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    (root / "long.txt").write_text(LONG)
+    with open(root / "rows.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["body", "label"])
+        writer.writerows([["Election campaign speech", "politics"], ["", "x"]])
+    (root / "rows.jsonl").write_text(
+        json.dumps({"body": "New phone chips"}) + "\n" + json.dumps({"title": "no body"}) + "\n"
+    )
+    pq.write_table(pa.table({"body": ["Bank rates held", None]}), root / "rows.parquet")
+    return root
+
+
+EXPECTED = [  # (id suffix, outcome) in input order for ARGUMENTS below
+    ("folder/a.txt", "ok"),
+    ("folder/nested/b.txt", "ok"),
+    ("empty.txt", "empty document"),
+    ("latin1.txt", "ok+warning"),
+    ("binary.bin", "binary file"),
+    ("long.txt", "ok+truncated"),
+    ("rows.csv:1", "ok"),
+    ("rows.csv:2", "empty document"),
+    ("rows.jsonl:1", "ok"),
+    ("rows.jsonl:2", "no 'body' value"),
+    ("rows.parquet:1", "ok"),
+    ("rows.parquet:2", "no 'body' value"),
+    ("missing.txt", "no such file"),
+    ("*.nothing", "no file matches"),
+    ("stdin:1", "ok"),
+    ("stdin:2", "empty document"),
+]
+
+
+def arguments(root: Path) -> list[str]:
+    names = ["folder", "empty.txt", "latin1.txt", "binary.bin", "long.txt", "rows.*",
+             "missing.txt", "*.nothing"]  # fmt: skip
+    return [str(root / name) for name in names] + ["-"]
+
+
+def run_classify(monkeypatch, capsys, ckpt, args, stdin="Apple launches iPod\n\n"):
+    monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    main(["classify", "--ckpt", str(ckpt), "--text_column", "body", *args])
+    captured = capsys.readouterr()
+    return captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def ckpt(fitted) -> Path:
+    return fitted / "checkpoints" / "last.ckpt"
+
+
+def check_rows(rows: list[dict]) -> None:
+    assert len(rows) == len(EXPECTED)
+    for row, (suffix, outcome) in zip(rows, EXPECTED, strict=True):
+        assert row["id"].endswith(suffix), (row["id"], suffix)
+        if outcome.startswith("ok"):
+            assert row["label"] and not row.get("error"), row
+            assert abs(sum(float(p) for p in row["probs"].values()) - 1) < 1e-4
+        else:
+            assert not row["label"] and outcome in row["error"], row
+        assert ("warning" in outcome) == bool(row.get("warning"))
+        assert ("truncated" in outcome) == (str(row.get("truncated")) in ("True", "true"))
+
+
+@pytest.mark.fault(
+    "classify: empty or whitespace-only document, non-UTF-8 file, binary file, "
+    "document longer than the model reads, table row without its text column",
+    "one output row each, in input order: `error` (empty, binary, missing column), "
+    "`warning` (bad bytes replaced), `truncated: true`; the run goes on",
+)
+def test_every_input_kind_and_bad_input_gets_one_row_in_order(monkeypatch, capsys, ckpt, inputs):
+    out, err = run_classify(monkeypatch, capsys, ckpt, [*arguments(inputs), "--top_words", "2"])
+    rows = [json.loads(line) for line in out.splitlines()]
+    check_rows(rows)
+    assert "classified 8 of 16 documents (8 errors, 1 warnings, 1 truncated)" in err
+    latin = rows[3]
+    assert "£" not in json.dumps(latin) and "U+FFFD" in latin["warning"]
+    top = rows[0]["top_words"]
+    text = (inputs / "folder" / "a.txt").read_text()
+    assert len(top) == 2 and all(text[w["start"] : w["end"]] == w["word"] for w in top)
+
+
+def test_csv_output_parses_with_a_column_per_class(monkeypatch, capsys, ckpt, inputs, tmp_path):
+    out_file = tmp_path / "out.csv"
+    run_classify(monkeypatch, capsys, ckpt, [*arguments(inputs), "--out", str(out_file)])
+    with open(out_file, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    labels = docclass.DocClassifier.load(ckpt, "cpu").labels
+    for row in rows:
+        row["probs"] = {n: row[f"prob_{n}"] for n in labels} if row["label"] else {}
+    check_rows(rows)
+
+
+@pytest.mark.fault(
+    "classify `--strict` with a bad document among good ones",
+    "every row written, then exit status 1",
+)
+def test_strict_exits_nonzero_when_any_document_failed(monkeypatch, capsys, ckpt, inputs):
+    with pytest.raises(SystemExit) as exit_info:
+        run_classify(monkeypatch, capsys, ckpt, ["--strict", "true", str(inputs / "empty.txt")])
+    assert exit_info.value.code == 1
+    # No error among these: status 0.
+    run_classify(monkeypatch, capsys, ckpt, ["--strict", "true", str(inputs / "folder")])
+
+
+@pytest.mark.fault(
+    "classify: a file that cannot be read",
+    "an `error` row naming the cause; the run goes on",
+)
+def test_unreadable_file_gets_an_error_row(monkeypatch, inputs):
+    # Tests run as root, for whom permissions never fail: the OS error is simulated here.
+    original = Path.read_bytes
+
+    def read_bytes(self):
+        if self.name == "a.txt":
+            raise PermissionError(13, "Permission denied")
+        return original(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    rows = list(read_inputs([str(inputs / "folder")]))
+    assert rows[0].error == "cannot read: Permission denied" and rows[1].text
+
+
+def test_python_api_equals_the_command_line(monkeypatch, capsys, ckpt, inputs):
+    texts = ["Shares rose after profits beat forecasts.", "Film wins award at festival.", LONG]
+    stdin = "\n".join(texts) + "\n"
+    out, _ = run_classify(monkeypatch, capsys, ckpt, ["-"], stdin=stdin)
+    from_cli = [json.loads(line) for line in out.splitlines()]
+    clf = docclass.DocClassifier.load(ckpt, device="cpu")
+    from_api = clf.predict(texts, batch_size=2)
+    assert [{k: v for k, v in row.items() if k != "id"} for row in from_cli] == from_api
+    assert set(from_api[0]) == {"label", "score", "probs", "truncated"}
+    assert from_api[2]["truncated"] and clf.max_tokens == 64
+    assert clf.predict("Shares rose.")[0]["label"] in clf.labels
+
+
+def test_explain_gives_the_report_record(ckpt):
+    clf = docclass.DocClassifier.load(ckpt, device="cpu")
+    record = clf.explain("Shares rose after profits beat forecasts.")
+    assert (
+        record["predicted"] == clf.predict("Shares rose after profits beat forecasts.")[0]["label"]
+    )
+    assert record["words"][0] == "Shares" and "contribution" in record["scores"]
+
+
+def test_word_attention_matches_the_reports_pool_attention(ckpt):
+    """Two code paths (predict's per-word sums, explain's) must give the same words and weights."""
+    clf = docclass.DocClassifier.load(ckpt, device="cpu")
+    texts = ["Shares rose after profits beat forecasts; the bank's chief said so.", LONG]
+    results = clf.predict(texts, word_attention=True, top_words=3)
+    for text, result in zip(texts, results, strict=True):
+        record = clf.explain(text)
+        read = record["words_read"]
+        assert result["words"] == record["words"][:read]
+        assert [text[s:e] for s, e in result["spans"]] == result["words"]
+        assert result["attention"] == pytest.approx(record["scores"]["attention"][:read], abs=1e-5)
+        assert sum(result["attention"]) == pytest.approx(1.0, abs=1e-4)
+        best = max(range(len(result["attention"])), key=result["attention"].__getitem__)
+        assert result["top_words"][0]["word"] == result["words"][best]
+    assert results[1]["truncated"] and len(results[1]["words"]) < len(LONG.split())
+
+
+@pytest.mark.fault(
+    "classify / Python API: missing, truncated, corrupted or foreign checkpoint",
+    "one line (`docclass: error: …`), exit status 2",
+)
+def test_bad_checkpoints_are_one_line(capsys, tmp_path, ckpt):
+    broken = tmp_path / "broken.ckpt"
+    broken.write_bytes(ckpt.read_bytes()[:1000])
+    for path, message in ((tmp_path / "none.ckpt", "checkpoint not found"),
+                          (broken, "not a loadable checkpoint")):  # fmt: skip
+        with pytest.raises(SystemExit) as exit_info:
+            main(["classify", "--ckpt", str(path), "-"])
+        assert exit_info.value.code == 2
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert line.startswith("docclass: error:") and message in line
+    with pytest.raises(CheckpointError):
+        docclass.DocClassifier.load(broken)

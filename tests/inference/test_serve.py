@@ -1,0 +1,296 @@
+"""``docclass serve``: a real server process, real HTTP requests over loopback."""
+
+import json
+import socket
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from benchmarks.server import post_json, request, running_server
+from docclass.cli import command_parser, main
+from docclass.inference.classifier import DocClassifier
+from docclass.inference.serve import (
+    MAX_TEXTS_PER_REQUEST,
+    ClassifierAPI,
+    PredictRequest,
+)
+
+TEXTS = [
+    "Shares in the bank rose after it reported record quarterly profits and a higher dividend.",
+    "The striker scored twice as the home side won the cup final in extra time.",
+    "Ministers will publish the bill next week, the prime minister told parliament.",
+    "The band's new album tops the charts, and the film of their tour opens on Friday.",
+    "The phone maker unveiled a faster chip and software that blocks spam calls.",
+    "Oil prices fell as markets waited for the central bank's interest rate decision.",
+]
+# Small enough that a test can exceed it cheaply; large enough for every ordinary request here.
+MAX_BODY_MB = 0.25
+
+
+@pytest.fixture(scope="module")
+def ckpt(fitted):
+    return fitted / "checkpoints" / "last.ckpt"
+
+
+@pytest.fixture(scope="module")
+def server(ckpt, tmp_path_factory):
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    # A batch wait long enough that concurrent requests really share model calls.
+    args = ["--device", "cpu", "--max_body_mb", str(MAX_BODY_MB), "--batch_timeout", "0.05"]
+    with running_server(ckpt, extra_args=args, log_path=log) as port:
+        yield port
+
+
+@pytest.fixture(scope="module")
+def local(ckpt):
+    """The same checkpoint in this process: what the server must agree with."""
+    return DocClassifier.load(ckpt, device="cpu")
+
+
+def assert_same_result(served: dict, expected: dict) -> None:
+    assert served["label"] == expected["label"]
+    assert served["truncated"] == expected["truncated"]
+    assert served["probs"].keys() == expected["probs"].keys()
+    for name, p in expected["probs"].items():
+        # Batch composition differs (padding width), so allow float noise, nothing more.
+        assert served["probs"][name] == pytest.approx(p, abs=1e-4)
+
+
+def test_health_and_info(server, local):
+    assert request(server, "GET", "/health") == (200, "ok")
+    status, info = request(server, "GET", "/info")
+    assert status == 200
+    assert info["model"]["labels"] == local.labels
+    assert info["model"]["max_texts_per_request"] == MAX_TEXTS_PER_REQUEST
+
+
+def test_predict_round_trip_equals_python_api(server, local):
+    texts = [*TEXTS, "   ", "Short."]
+    status, body = post_json(server, {"texts": texts})
+    assert status == 200
+    results = body["results"]
+    assert len(results) == len(texts)  # every text gets a result, in order
+    expected = local.predict(texts, word_attention=True)
+    for text, served, wanted in zip(texts, results, expected, strict=True):
+        if "error" in wanted:
+            assert served == wanted
+            assert not text.strip()
+            continue
+        assert_same_result(served, wanted)
+        assert served["words"] == wanted["words"]
+        assert served["spans"] == wanted["spans"]
+        # The words are the text's own characters at their spans, with one weight each.
+        assert [text[s:e] for s, e in served["spans"]] == served["words"]
+        assert len(served["attention"]) == len(served["words"])
+        assert sum(served["attention"]) == pytest.approx(1.0, abs=1e-4)
+        assert served["attention"] == pytest.approx(wanted["attention"], abs=1e-4)
+    assert "empty document" in results[len(TEXTS)]["error"]
+
+
+def test_options_are_honoured_per_request(server):
+    status, body = post_json(server, {"texts": TEXTS[:2], "word_attention": False, "top_words": 2})
+    assert status == 200
+    for result in body["results"]:
+        assert "words" not in result and "attention" not in result
+        assert len(result["top_words"]) == 2
+        first, second = result["top_words"]
+        assert first["attention"] >= second["attention"]
+
+
+def test_concurrent_requests_each_get_their_own_answer(server, local):
+    """Many clients at once: batched together by the server, answered separately."""
+    expected = local.predict(TEXTS)
+
+    def ask(i: int):
+        # Each client asks about a different slice, with different options, so an answer
+        # delivered to the wrong request, or trimmed for another's options, shows.
+        texts = TEXTS[i % len(TEXTS) :]
+        options = {"word_attention": i % 2 == 0, "top_words": i % 3}
+        return i, texts, options, post_json(server, {"texts": texts, **options})
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(ask, range(32)))
+    for i, texts, options, (status, body) in answers:
+        assert status == 200, body
+        results = body["results"]
+        assert len(results) == len(texts)
+        offset = TEXTS.index(texts[0])
+        for j, result in enumerate(results):
+            assert_same_result(result, expected[offset + j])
+            assert ("words" in result) == options["word_attention"], i
+            assert len(result.get("top_words", [])) == options["top_words"], i
+
+
+def test_a_batch_of_requests_is_answered_request_by_request(local):
+    """What the worker does with requests LitServe gathered: one model call, split back."""
+    api = ClassifierAPI("unused.ckpt")
+    api.classifier = local  # what setup() loads, without its process-wide signal handling
+    requests = [
+        PredictRequest(texts=TEXTS[:2], word_attention=False, top_words=1),
+        PredictRequest(texts=[" "]),
+        PredictRequest(texts=TEXTS[2:], top_words=3),
+    ]
+    answers = api.unbatch(api.predict(api.batch(requests)))
+    assert [len(answer) for answer in answers] == [2, 1, len(TEXTS) - 2]
+    first, empty, last = answers
+    assert all("words" not in r and len(r["top_words"]) == 1 for r in first)
+    assert "error" in empty[0]
+    assert all("words" in r and len(r["top_words"]) == 3 for r in last)
+    alone = [api.predict(request) for request in requests]  # unbatched: one request at a time
+    for batched, single in zip(answers, alone, strict=True):
+        for a, b in zip(batched, single, strict=True):
+            assert a.keys() == b.keys()
+            if "error" not in a:
+                assert_same_result(a, b)
+                top_a, top_b = a.get("top_words", []), b.get("top_words", [])
+                assert [w["word"] for w in top_a] == [w["word"] for w in top_b]
+                assert [w["attention"] for w in top_a] == pytest.approx(
+                    [w["attention"] for w in top_b], abs=1e-4
+                )
+    assert api.encode_response(answers[0]) == {"results": answers[0]}
+
+
+BAD_BODIES = [
+    (b'{"texts": ["unfinished', "not valid JSON"),
+    (b'{"texts": "one string"}', "texts: Input should be a valid list"),
+    (b'{"texts": [1, 2]}', "texts.0: Input should be a valid string"),
+    (b'{"texts": [null]}', "texts.0"),
+    (b'{"texts": []}', "texts: List should have at least 1 item"),
+    (b'{"text": ["a typo in the field name"]}', "texts: Field required"),
+    (b'{"texts": ["a"], "top_words": -1}', "top_words"),
+    (b'{"texts": ["a"], "word_attention": "yes"}', "word_attention"),
+    (b"[]", "body: Input should be a valid dictionary"),
+    (
+        json.dumps({"texts": ["a"] * (MAX_TEXTS_PER_REQUEST + 1)}).encode(),
+        f"texts: List should have at most {MAX_TEXTS_PER_REQUEST} items",
+    ),
+]
+
+
+@pytest.mark.fault(
+    "server: malformed JSON, wrong types, unknown field, no texts, more than 256 "
+    "texts, negative `top_words`",
+    "422 with a one-line `error` naming the fix; the server keeps serving",
+)
+@pytest.mark.parametrize(("body", "message"), BAD_BODIES, ids=[m for _, m in BAD_BODIES])
+def test_bad_bodies_get_422_with_a_one_line_message(server, body, message):
+    status, answer = request(server, "POST", "/predict", body, {"content-type": "application/json"})
+    assert status == 422
+    assert message in answer["error"]
+    assert "\n" not in answer["error"]
+    assert '{"texts": ["document", ...]}' in answer["error"]  # the fix, not only the fault
+
+
+@pytest.mark.fault(
+    "server: body without `content-type: application/json`",
+    "422 saying which header to send",
+)
+@pytest.mark.fault(
+    "server: body that is not UTF-8",
+    "400 saying to send UTF-8 encoded JSON",
+)
+def test_non_utf8_body_is_explained(server):
+    body = b'{"texts": ["caf\xe9 \xff"]}'
+    status, answer = request(server, "POST", "/predict", body, {"content-type": "application/json"})
+    assert status == 400
+    assert "UTF-8" in answer["error"] and '{"texts": ["document", ...]}' in answer["error"]
+    assert post_json(server, {"texts": ["café"]})[0] == 200  # still serving
+
+
+def test_body_without_json_content_type_is_explained(server):
+    status, answer = request(server, "POST", "/predict", b'{"texts": ["a"]}', {})
+    assert status == 422
+    assert "content-type: application/json" in answer["error"]
+
+
+@pytest.mark.fault(
+    "server: body over `--max-body-mb`",
+    "413; the next request gets 200",
+)
+def test_oversized_body_gets_413_and_the_server_keeps_serving(server):
+    text = "word " * int(MAX_BODY_MB * 1024 * 1024 / 5 + 1000)
+    status, answer = post_json(server, {"texts": [text]})
+    assert status == 413
+    assert "too large" in answer["error"]
+    status, body = post_json(server, {"texts": TEXTS[:1]})
+    assert status == 200 and body["results"][0]["label"]
+
+
+def _other_addresses() -> set[str]:
+    """Addresses of this machine other than 127.0.0.1.
+
+    127.0.0.2 is always one on Linux (all of 127/8 is local), and a server bound to 0.0.0.0
+    would answer there; the primary interface's address is found without sending a packet.
+    """
+    addresses = {"127.0.0.2"}
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.123", 9))
+            addresses.add(probe.getsockname()[0])
+        except OSError:
+            pass
+    return addresses - {"127.0.0.1"}
+
+
+@pytest.mark.fault(
+    "server: connection from another address of the machine",
+    "refused: it listens on 127.0.0.1 only",
+)
+def test_server_listens_on_loopback_only(server):
+    assert command_parser("serve").parse_args(["--ckpt", "x"]).host == "127.0.0.1"
+    for address in _other_addresses():
+        with socket.socket() as probe, pytest.raises(OSError):
+            probe.settimeout(2)
+            probe.connect((address, server))
+    with socket.create_connection(("127.0.0.1", server), timeout=2):
+        pass
+
+
+@pytest.mark.fault(
+    "serve: missing checkpoint",
+    "one line before any process starts",
+)
+def test_missing_checkpoint_is_one_line_before_anything_starts(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", "--ckpt", str(tmp_path / "nope.ckpt"), "--port", "8123"])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("docclass: error:") and "nope.ckpt" in error
+    assert "\n" not in error
+
+
+@pytest.mark.fault(
+    "serve: port already in use",
+    "one line naming host:port and `--port`",
+)
+def test_busy_port_is_one_line(ckpt, capsys):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(SystemExit) as exit_info:
+            main(["serve", "--ckpt", str(ckpt), "--port", str(port)])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert f"127.0.0.1:{port}" in error and "--port" in error
+    assert "\n" not in error
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--port", "80"],
+        ["--max_batch_size", "0"],
+        ["--batch_timeout", "90", "--timeout", "60"],
+        ["--device", "tpu"],
+    ],
+)
+@pytest.mark.fault(
+    "serve: port below 1024, zero batch size, batch wait longer than the timeout, unknown device",
+    "one line, exit 2",
+)
+def test_bad_options_are_one_line(ckpt, capsys, args):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", "--ckpt", str(ckpt), *args])
+    assert exit_info.value.code == 2
+    assert "\n" not in capsys.readouterr().err.strip()

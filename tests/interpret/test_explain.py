@@ -1,0 +1,154 @@
+"""Word scores: every method checked against its definition, on hard text and long documents."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from helpers import DOCUMENTS, HARD_TEXTS, LABELS, tiny_classifier
+from torch.testing import assert_close
+
+from docclass.data.tokenizer import align_words, encode_batch
+from docclass.interpret.explain import explain_documents
+from docclass.interpret.records import method_names, read_jsonl, write_jsonl
+from docclass.nn.attention import banded_to_dense
+from docclass.train.checkpoint import TrainedClassifier
+
+SUMS_TO_ONE = ["attention", "rollout", "attention_head0", "attention_head1"]
+
+
+def test_one_record_per_document_in_input_order_with_every_method():
+    records = explain_documents(
+        tiny_classifier(), DOCUMENTS, labels=["markets", None, "tech", None]
+    )
+    assert [r["id"] for r in records] == [0, 1, 2, 3]
+    assert [r["text"] for r in records] == DOCUMENTS
+    assert records[0]["label"] == "markets" and records[1]["label"] is None
+    for record in records:
+        assert set(record["scores"]) == set(method_names(2))
+        assert record["predicted"] in LABELS
+        assert math.isclose(sum(record["probs"].values()), 1.0, abs_tol=1e-5)
+        for values in record["scores"].values():
+            assert len(values) == len(record["words"]) and all(map(math.isfinite, values))
+        for method in SUMS_TO_ONE:
+            assert math.isclose(sum(record["scores"][method]), 1.0, abs_tol=1e-4), method
+            assert min(record["scores"][method]) >= 0
+
+
+@pytest.mark.parametrize("text, words", HARD_TEXTS + [("many   spaces\tand\n\nlines", None)])
+def test_words_are_exact_slices_of_the_original_text(text, words):
+    (record,) = explain_documents(tiny_classifier(), [text])
+    assert record["words"] == [text[s:e] for s, e in record["spans"]]
+    if words is not None:
+        assert record["words"] == words
+    # Between words there is only whitespace: no character of the text is lost.
+    cursor = 0
+    for start, end in record["spans"]:
+        assert start >= cursor and text[cursor:start].strip() == ""
+        cursor = end
+    assert text[cursor:].strip() == ""
+
+
+def test_contributions_plus_bias_reproduce_the_logits_for_every_class():
+    records = explain_documents(tiny_classifier(), DOCUMENTS, all_classes=True)
+    for record in records:
+        for name in LABELS:
+            total = sum(record["contributions"][name]) + record["contribution_bias"][name]
+            assert math.isclose(total, record["logits"][name], abs_tol=1e-4)
+        predicted = record["predicted"]
+        assert record["scores"]["contribution"] == record["contributions"][predicted]
+
+
+def test_scores_do_not_depend_on_the_other_documents_in_the_batch():
+    classifier = tiny_classifier()
+    alone = [explain_documents(classifier, [text])[0] for text in DOCUMENTS]
+    together = explain_documents(classifier, DOCUMENTS, batch_size=4)
+    for single, batched in zip(alone, together, strict=True):
+        for method, values in single["scores"].items():
+            assert_close(
+                np.array(batched["scores"][method]), np.array(values), atol=2e-5, rtol=1e-3
+            )
+
+
+def _token_level_reference(classifier: TrainedClassifier, text: str) -> dict[str, np.ndarray]:
+    """Each method written out from its definition for one unpadded document."""
+    model = classifier.model
+    encoding = encode_batch(classifier.tokenizer, [text])[0]
+    ids = torch.tensor([encoding.ids])
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    tokens = (model.embed(ids) * model.embed_scale).detach().requires_grad_(True)
+    with_positions = tokens + model.embed_tokens(ids).detach() - tokens.detach()
+    out = model(ids, mask, need_layer_weights=True, inputs_embeds=with_positions)
+    predicted = out.logits.argmax().item()
+    out.logits[0, predicted].backward()
+    length = ids.shape[1]
+    flow = torch.eye(length)
+    for weights in out.layer_weights:
+        if weights.dim() == 5:  # a windowed model's banded weights, as the full matrix
+            weights = banded_to_dense(weights, length)
+        flow = (0.5 * weights[0].mean(0) + 0.5 * torch.eye(length)) @ flow
+    rollout = out.pool_weights[0].mean(0) @ flow
+    return {
+        "grad_input": (tokens.grad * tokens).sum(-1)[0].detach().numpy(),
+        "rollout": rollout.detach().numpy(),
+        "attention": out.pool_weights[0].mean(0).detach().numpy(),
+        "token_words": np.array(align_words(encoding).token_words),
+    }
+
+
+@pytest.mark.parametrize("window", [0, 3])
+def test_rollout_and_gradient_times_input_match_their_definitions(window):
+    classifier = tiny_classifier(n_layers=2, attention_window=window)
+    text = DOCUMENTS[1]
+    (record,) = explain_documents(classifier, [text])
+    reference = _token_level_reference(classifier, text)
+    n_words = len(record["words"])
+    for method in ("grad_input", "rollout", "attention"):
+        per_word = np.bincount(reference["token_words"], reference[method], minlength=n_words)
+        assert_close(np.array(record["scores"][method]), per_word, atol=1e-5, rtol=1e-3)
+
+
+def test_rollout_without_self_attention_blocks_is_the_pool_attention():
+    (record,) = explain_documents(tiny_classifier(n_layers=0), [DOCUMENTS[0]])
+    assert record["scores"]["rollout"] == record["scores"]["attention"]
+    assert "layer_maps" not in record
+
+
+def test_truncated_document_keeps_every_word_and_scores_only_what_was_read():
+    text = " ".join(["markets rallied as the bank held rates"] * 20)
+    (record,) = explain_documents(tiny_classifier(max_tokens=24), [text])
+    assert record["truncated"] and record["tokens_read"] == 24 < record["n_tokens"]
+    assert record["words"] == text.split()
+    read = record["words_read"]
+    assert 0 < read < len(record["words"])
+    for method, values in record["scores"].items():
+        assert all(v == 0 for v in values[read:]), method
+    assert math.isclose(sum(record["scores"]["attention"][:read]), 1.0, abs_tol=1e-4)
+    assert "layer_maps" not in record  # maps are for whole short documents only
+
+
+@pytest.mark.parametrize("window", [0, 3])
+def test_short_documents_carry_word_by_word_maps_per_block_and_head(window):
+    (record,) = explain_documents(
+        tiny_classifier(n_layers=2, attention_window=window), [DOCUMENTS[2]]
+    )
+    maps = np.array(record["layer_maps"])
+    n_words = len(record["words"])
+    assert maps.shape == (2, 2, n_words, n_words)
+    # Each attending word's row is a distribution over the attended words.
+    assert_close(maps.sum(-1), np.ones((2, 2, n_words)), atol=1e-4, rtol=0)
+
+
+def test_empty_document_gets_an_error_record_and_keeps_its_place():
+    records = explain_documents(tiny_classifier(), ["Markets rallied.", "   ", "The striker."])
+    assert len(records) == 3
+    assert records[1]["predicted"] is None and "empty" in records[1]["error"]
+    assert records[0]["predicted"] and records[2]["predicted"]
+
+
+def test_jsonl_round_trip(tmp_path):
+    records = explain_documents(tiny_classifier(), DOCUMENTS + ["<script>alert(1)</script> ünï"])
+    path = tmp_path / "explanations.jsonl"
+    assert write_jsonl(records, path) == len(records)
+    assert read_jsonl(path) == records
+    assert "ünï" in path.read_text(encoding="utf-8")

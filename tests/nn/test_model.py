@@ -1,0 +1,174 @@
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import padded_batch
+from torch.testing import assert_close
+
+from docclass.errors import ConfigError
+from docclass.nn.model import DocumentClassifier, ModelConfig, drop_words
+
+
+def tiny_config(**overrides) -> ModelConfig:
+    settings = dict(
+        vocab_size=50,
+        num_classes=3,
+        d_model=16,
+        n_heads=2,
+        n_layers=2,
+        pool_heads=2,
+        dropout=0.0,
+        embed_dropout=0.0,
+    )
+    return ModelConfig(**{**settings, **overrides})
+
+
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned", "none"])
+def test_output_shapes(positions):
+    model = DocumentClassifier(tiny_config(positions=positions)).eval()
+    ids, mask = padded_batch([5, 9, 2])
+    out = model(ids, mask, need_layer_weights=True)
+    assert out.logits.shape == (3, 3)
+    assert out.pool_weights.shape == (3, 2, 9)
+    assert len(out.layer_weights) == 2 and out.layer_weights[0].shape == (3, 2, 9, 9)
+    assert model(ids, mask).layer_weights is None
+
+
+def test_pool_weights_are_zero_on_padding_and_sum_to_one():
+    model = DocumentClassifier(tiny_config()).eval()
+    ids, mask = padded_batch([4, 11, 7])
+    weights = model(ids, mask).pool_weights
+    assert torch.all(weights.masked_select(~mask[:, None, :].expand_as(weights)) == 0)
+    assert_close(weights.sum(-1), torch.ones(3, 2))
+
+
+@pytest.mark.parametrize(
+    ("positions", "window"), [("sinusoidal", 0), ("learned", 0), ("sinusoidal", 2)]
+)
+def test_extra_padding_does_not_change_logits(positions, window):
+    model = DocumentClassifier(tiny_config(positions=positions, attention_window=window)).eval()
+    torch.manual_seed(1)
+    ids, mask = padded_batch([6, 3])
+    torch.manual_seed(1)
+    padded_ids, padded_mask = padded_batch([6, 3], extra_padding=10)
+    assert_close(
+        model(padded_ids, padded_mask).logits, model(ids, mask).logits, atol=1e-5, rtol=1e-5
+    )
+
+
+@pytest.mark.parametrize("window", [0, 3])
+def test_fused_and_explicit_paths_agree(window):
+    model = DocumentClassifier(tiny_config(attention_window=window)).eval()
+    ids, mask = padded_batch([8, 5, 1])
+    assert_close(
+        model(ids, mask, need_layer_weights=True).logits,
+        model(ids, mask).logits,
+        atol=1e-5,
+        rtol=1e-5,
+    )
+
+
+def test_logits_are_exact_sums_of_token_contributions():
+    """The read-out is linear: logit_c = Σ_h Σ_t α_ht · w_cᵀ W_o[:, h] v_ht + bias_c."""
+    model = DocumentClassifier(tiny_config()).eval()
+    ids, mask = padded_batch([7, 4])
+    out = model(ids, mask)
+    pool = model.pool
+    # Written out independently of token_contributions, from the pool's own parameters.
+    values = pool.value_proj(out.token_states).view(2, ids.shape[1], 2, 8)  # (B, T, H, Dh)
+    projection = model.head.weight @ pool.out_proj.weight  # (C, D)
+    per_head_projection = projection.view(3, 2, 8)  # (C, H, Dh)
+    expected = torch.einsum("bht,bthd,chd->btc", out.pool_weights, values, per_head_projection)
+    contributions = model.token_contributions(out.token_states, out.pool_weights)
+    assert_close(contributions, expected)
+    bias = model.contribution_bias()
+    assert_close(bias, model.head.weight @ pool.out_proj.bias + model.head.bias)
+    assert_close(contributions.sum(1) + bias, out.logits, atol=1e-5, rtol=1e-5)
+    assert torch.all(contributions[~mask] == 0)
+
+
+def test_overfits_a_small_batch():
+    torch.manual_seed(0)
+    model = DocumentClassifier(tiny_config(n_layers=1))
+    ids, mask = padded_batch([12, 7, 9, 15, 4, 10, 8, 6])
+    labels = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    optimiser = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(150):
+        optimiser.zero_grad()
+        loss = F.cross_entropy(model(ids, mask).logits, labels)
+        loss.backward()
+        optimiser.step()
+    model.eval()
+    assert (model(ids, mask).logits.argmax(-1) == labels).all()
+    assert loss.item() < 0.05
+
+
+def test_word_dropout_hides_tokens_but_never_a_whole_document():
+    mask = torch.ones(200, 30, dtype=torch.bool)
+    mask[:, 25:] = False
+    mask[0, 1:] = False  # a one-token document
+    dropped = drop_words(mask, 0.3)
+    assert not (dropped & ~mask).any()
+    assert dropped.any(-1).all()
+    assert 0.25 < 1 - dropped[1:].sum() / mask[1:].sum() < 0.35
+
+
+def test_word_dropout_only_in_training():
+    model = DocumentClassifier(tiny_config(word_dropout=0.5)).eval()
+    ids, mask = padded_batch([10, 10])
+    assert torch.equal(model(ids, mask).logits, model(ids, mask).logits)
+
+
+def test_gradients_reach_inputs_embeds():
+    model = DocumentClassifier(tiny_config()).eval()
+    ids, mask = padded_batch([5, 3])
+    embeds = model.embed_tokens(ids).detach().requires_grad_()
+    model(ids, mask, inputs_embeds=embeds).logits.sum().backward()
+    assert embeds.grad is not None and torch.isfinite(embeds.grad).all()
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(d_model=30, n_heads=4), "d_model \\(30\\) must be divisible by n_heads \\(4\\)"),
+        (dict(pool_heads=3), "divisible by pool_heads"),
+        (dict(dropout=-0.1), "dropout must be in \\[0, 1\\)"),
+        (dict(pool_score="cosine"), "pool_score must be one of"),
+        (dict(positions="rotary"), "positions must be one of"),
+        (dict(n_layers=-1), "n_layers must be >= 0"),
+    ],
+)
+def test_impossible_configs_are_refused(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        tiny_config(**overrides)
+
+
+def test_learned_positions_refuse_overlong_input():
+    model = DocumentClassifier(tiny_config(positions="learned", max_positions=8))
+    ids, mask = padded_batch([9])
+    with pytest.raises(ValueError, match="exceeds max_positions=8"):
+        model(ids, mask)
+
+
+def test_windowed_model_reads_a_long_document_with_banded_weights():
+    model = DocumentClassifier(tiny_config(attention_window=16, n_layers=1)).eval()
+    ids, mask = padded_batch([1000, 700])
+    out = model(ids, mask, need_layer_weights=True)
+    # 1000 tokens in blocks of 16: 63 blocks, each query meeting 48 keys, never 1000.
+    assert out.layer_weights[0].shape == (2, 2, 63, 16, 48)
+    assert_close(out.pool_weights.sum(-1), torch.ones(2, 2))  # the pool still sees everything
+    assert torch.all(out.pool_weights[1, :, 700:] == 0)
+
+
+def test_compile_option_compiles_in_place_and_keeps_checkpoint_keys():
+    from docclass.train.lit_module import DocClassifierModule
+
+    plain = DocClassifierModule(vocab_size=50, num_classes=3, d_model=16, n_heads=2, pool_heads=2)
+    compiled = DocClassifierModule(
+        vocab_size=50, num_classes=3, d_model=16, n_heads=2, pool_heads=2, compile=True
+    )
+    plain.configure_model()
+    compiled.configure_model()
+    assert plain.model._compiled_call_impl is None
+    assert compiled.model._compiled_call_impl is not None
+    # Checkpoints of a compiled run load into an uncompiled model: same keys, no wrapper prefix.
+    assert compiled.state_dict().keys() == plain.state_dict().keys()

@@ -1,0 +1,279 @@
+"""HTML reports: what the pages contain, how they are escaped, and how a browser shows them."""
+
+import json
+import os
+import shutil
+
+import pytest
+from helpers import CONFIGS, LABELS, parsed_page, tiny_classifier
+
+from docclass.cli import main
+from docclass.evaluate.erasure import aggregate_faithfulness, beats_random
+from docclass.inference.reporting import measure_faithfulness
+from docclass.interpret.explain import explain_documents
+from docclass.interpret.records import method_label, read_jsonl
+from docclass.report.html import (
+    LONG_DOCUMENT_WORDS,
+    document_filename,
+    write_report,
+)
+from docclass.report.summaries import document_order, sentences, top_words_by_class
+
+HOSTILE = [
+    'Breaking: <script>window.pwned = 1; alert(1)</script> markets & "rates" fell.\n\nNew line.',
+    '<img src=x onerror="window.pwned = 2; alert(2)"> striker </p></div><b>bold</b> scored',
+]
+LONG = " ".join(f"Sentence {i} says the central bank held rates." for i in range(40))
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """A report of hostile, long, truncated and short documents from a small model."""
+    texts = [*HOSTILE, LONG, "Markets rallied.", " ".join(["striker scored"] * 200)]
+    classifier = tiny_classifier(n_layers=1, max_tokens=300)
+    records = explain_documents(
+        classifier,
+        texts,
+        doc_ids=["<i>hostile</i>.txt", "two", "long", "short", "truncated"],
+        labels=["markets", "sport", "tech", "markets", "sport"],
+    )
+    summary = measure_faithfulness(classifier, texts, records)
+    out = tmp_path_factory.mktemp("report")
+    write_report(records, out, LABELS, title="test <report>", faithfulness=summary)
+    return out, records
+
+
+def test_every_word_of_every_document_is_on_its_page_escaped_and_shaded(report):
+    out, records = report
+    assert len(list((out / "docs").glob("doc-*.html"))) == len(records)
+    for position, record in enumerate(records):
+        page = parsed_page(out / "docs" / document_filename(position))
+        assert [page.words[i]["text"] for i in sorted(page.words)] == record["words"]
+        for i, word in page.words.items():
+            if i < record["words_read"]:
+                assert word["style"].startswith("--s:") and "rank" in word["title"]
+            else:
+                assert "unread" in word["class"]
+        shown = "".join(page.text_parts)
+        if record["truncated"]:
+            assert "not seen" in shown
+            shown = shown.replace(shown[shown.index("✂") : shown.index("not seen.") + 9], "")
+        assert shown == record["text"]  # line breaks and spacing kept, nothing lost or added
+
+
+@pytest.mark.fault(
+    "hostile document text and ids (`<script>`, `onerror`, `</p>`)",
+    "escaped in every page; the JSON blocks too",
+)
+def test_document_text_never_becomes_markup(report):
+    out, _ = report
+    for path in [out / "index.html", *sorted((out / "docs").glob("*.html"))]:
+        html = path.read_text(encoding="utf-8")
+        assert "<script>window" not in html and "<img src=x" not in html
+        assert "<i>hostile" not in html and "<b>bold" not in html
+        assert html.count("<script") == html.count("</script>") <= 2  # the report's own
+    first = (out / "docs" / document_filename(0)).read_text(encoding="utf-8")
+    assert ">&lt;</span>" in first  # each "<" of the text is a word, shown as a character
+    assert "<h1>&lt;i&gt;hostile&lt;/i&gt;.txt</h1>" in first
+    assert "\\u003c" in first and '"<"' not in first  # the JSON block (map labels) too
+    assert "&lt;i&gt;hostile&lt;/i&gt;.txt" in (out / "index.html").read_text(encoding="utf-8")
+
+
+def test_index_lists_every_document_errors_first(report):
+    out, records = report
+    html = (out / "index.html").read_text(encoding="utf-8")
+    for position in range(len(records)):
+        assert f'href="docs/{document_filename(position)}"' in html
+    order = document_order(records)
+    wrong = [i for i in order if records[i]["label"] != records[i]["predicted"]]
+    assert order[: len(wrong)] == wrong
+    assert "Content-Security-Policy" in html and "http://" not in html and "https://" not in html
+
+
+def test_index_faithfulness_table_is_the_mean_over_documents(report):
+    out, records = report
+    table = aggregate_faithfulness([r["faithfulness"]["methods"] for r in records])
+    html = (out / "index.html").read_text(encoding="utf-8")
+    section = html[html.index('id="faithfulness-table"') :]
+    section = section[: section.index("</table>")]
+    assert "dropping their tokens from the attention mask" in html
+    for name, row in table.items():
+        cells = f'<td>{method_label(name)}</td><td class="num">{row["comprehensiveness"]:.3f}'
+        assert cells in section, name
+    assert 'alt="probability drop as the top words are removed, per method"' in html
+
+
+def test_long_documents_get_sentence_view_and_minimap_short_ones_get_maps(report):
+    out, records = report
+    long_page = (out / "docs" / document_filename(2)).read_text(encoding="utf-8")
+    assert len(records[2]["words"]) > LONG_DOCUMENT_WORDS
+    assert 'id="minimap"' in long_page and 'id="sentences"' in long_page
+    short_page = (out / "docs" / document_filename(3)).read_text(encoding="utf-8")
+    assert 'id="minimap"' not in short_page and 'id="layer-maps"' in short_page
+
+
+def test_sentences_cover_every_word_once_in_order():
+    (record,) = explain_documents(tiny_classifier(), ['He said "no." Then left!\nNew line. Done'])
+    ranges = sentences(record)
+    assert ranges[0][0] == 0 and ranges[-1][1] == len(record["words"])
+    assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(ranges, ranges[1:], strict=False))
+    texts = [" ".join(record["words"][a:b]) for a, b in ranges]
+    assert texts == ['He said " no . "', "Then left !", "New line .", "Done"]
+
+
+def test_top_words_are_normalised_by_occurrence():
+    def record(words, scores):
+        return {"words": words, "words_read": len(words), "predicted": "x",
+                "scores": {"attention": scores}}  # fmt: skip
+
+    # "the" takes the most weight in total (0.45), but less per occurrence than the others.
+    records = [
+        record(["the", "the", "the", "rates", "fell"], [0.15, 0.15, 0.15, 0.35, 0.2])
+        for _ in range(3)
+    ]
+    (table,) = top_words_by_class(records).values()
+    assert [row["word"] for row in table] == ["rates", "fell", "the"]
+    assert [row["lift"] for row in table] == pytest.approx([1.75, 1.0, 0.75])
+    assert table[2]["occurrences"] == 9
+    # Below the document threshold a word is not listed at all.
+    assert top_words_by_class(records[:2]) == {"x": []}
+
+
+def test_report_command_from_a_config_and_from_an_unlabelled_file(fitted, tmp_path):
+    ckpt = str(fitted / "checkpoints" / "last.ckpt")
+    main(["report", "--ckpt", ckpt, "--data", str(CONFIGS / "tiny.yaml"), "--out",
+          str(tmp_path / "test"), "--limit", "20"])  # fmt: skip
+    records = read_jsonl(tmp_path / "test" / "explanations.jsonl")
+    split = json.loads((fitted / "split.json").read_text())
+    assert [r["id"] for r in records] == split["test"][:20]  # the very split training held out
+    index = (tmp_path / "test" / "index.html").read_text(encoding="utf-8")
+    assert "Training curves" in index and "test accuracy" in index  # the run's own figures
+    assert all(r["faithfulness"]["methods"]["random"] for r in records)
+    assert 'id="faithfulness-table"' in index
+
+    data = tmp_path / "new.jsonl"
+    data.write_text("".join(json.dumps({"body": t}) + "\n" for t in HOSTILE))
+    main(["report", "--ckpt", ckpt, "--data", str(data), "--text_column", "body",
+          "--label_column", "null", "--out", str(tmp_path / "new"),
+          "--faithfulness", "false"])  # fmt: skip
+    records = read_jsonl(tmp_path / "new" / "explanations.jsonl")
+    assert [r["text"] for r in records] == HOSTILE and records[0]["label"] is None
+    assert not any("faithfulness" in r for r in records)
+    assert "faithfulness-table" not in (tmp_path / "new" / "index.html").read_text()
+
+
+def test_fit_ends_with_the_test_report_and_attention_snapshots(fitted):
+    records = read_jsonl(fitted / "report" / "explanations.jsonl")
+    assert len(records) == 213
+    assert len(list((fitted / "report" / "docs").glob("doc-*.html"))) == 213
+    for epoch in ("epoch_000", "epoch_001"):
+        snapshot = read_jsonl(fitted / "attention" / epoch / "explanations.jsonl")
+        assert len(snapshot) == 2
+    first = read_jsonl(fitted / "attention" / "epoch_000" / "explanations.jsonl")
+    # The same documents each epoch, with the attention they got at that point.
+    assert [r["id"] for r in first] == [r["id"] for r in snapshot]
+    assert first[0]["scores"]["attention"] != snapshot[0]["scores"]["attention"]
+
+
+# -- in a real browser -----------------------------------------------------------------------
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",  # tests run as root in CI containers
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    executable = os.environ.get("DOCCLASS_CHROMIUM") or shutil.which("chromium")
+    if not executable:
+        if os.environ.get("DOCCLASS_REQUIRE_BROWSER") == "1":
+            pytest.fail("Chromium not found: 'make test' installs it (apt-get install chromium)")
+        pytest.skip("Chromium not installed; 'make test' installs it")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        instance = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield instance
+        instance.close()
+
+
+def open_page(browser, path):
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    problems, dialogs = [], []
+    page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else 0)
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    # Only the report's own pages and inline data: nothing from any network.
+    page.on(
+        "request",
+        lambda r: (
+            problems.append(f"request {r.url}") if not r.url.startswith(("file:", "data:")) else 0
+        ),
+    )
+    page.goto(path.as_uri())
+    page.wait_for_load_state("load")
+    return page, problems, dialogs
+
+
+@pytest.mark.fault(
+    "the hostile page opened in Chromium",
+    "no script of the document runs, no network request, no console error",
+)
+def test_hostile_document_page_in_chromium(browser, report, tmp_path):
+    out, records = report
+    page, problems, dialogs = open_page(browser, out / "docs" / document_filename(0))
+    assert page.evaluate("window.pwned") is None and dialogs == []
+    assert page.locator("#text").text_content() == records[0]["text"]
+    words = page.locator("#text .w")
+    assert words.all_text_contents() == records[0]["words"]
+    shades = page.eval_on_selector_all(
+        "#text .w", "els => els.map(e => e.style.getPropertyValue('--s'))"
+    )
+    assert all(shade != "" for shade in shades) and any(float(s) > 0.99 for s in shades)
+    assert "rank 1 of" in " ".join(
+        page.eval_on_selector_all("#text .w", "e => e.map(w => w.title)")
+    )
+    page.select_option("#method", "contribution")
+    assert page.locator("#text.signed").count() == 1
+    assert page.locator("#legend-signed").is_visible()
+    badge = page.locator("#faithfulness-badge")
+    figures = records[0]["faithfulness"]["methods"]
+    assert badge.text_content().startswith(f"{figures['contribution']['comprehensiveness']:.3f}")
+    verdict = "better" if beats_random(figures, "contribution") else "no better"
+    assert f"· {verdict} than random" in badge.text_content()
+    page.select_option("#method", "attention")
+    page.select_option("#head", "1")
+    assert "head 1" in page.locator("#w0").get_attribute("title")
+    value = figures["attention_head1"]["comprehensiveness"]
+    assert badge.text_content().startswith(f"{value:.3f} vs random")
+    page.screenshot(path=str(tmp_path / "hostile.png"))
+    assert problems == []
+
+
+def test_index_long_and_short_pages_in_chromium(browser, report):
+    out, records = report
+    page, problems, dialogs = open_page(browser, out / "index.html")
+    table = page.locator("#faithfulness-table tr")
+    assert table.count() == 1 + len(records[0]["faithfulness"]["methods"])  # header + methods
+    assert page.locator("#documents tbody tr").count() == len(records)
+    assert page.locator("#shown").text_content() == f"{len(records)} of {len(records)} shown"
+    page.select_option("#show", "truncated")
+    truncated = sum(r["truncated"] for r in records)
+    assert page.locator("#shown").text_content() == f"{truncated} of {len(records)} shown"
+    page.fill("#search", "truncated")
+    assert page.locator("#shown").text_content() == f"1 of {len(records)} shown"
+    page.locator("#documents tbody tr:not(.hidden) a").click()
+    page.wait_for_load_state("load")
+    assert page.locator(".cut").is_visible()
+    assert page.locator("#minimap div.cutbin").count() == 1
+
+    long_page, long_problems, _ = open_page(browser, out / "docs" / document_filename(2))
+    assert long_page.locator("#minimap div").count() > 10
+    assert long_page.locator("#sentences li").count() == 8
+    short_page, short_problems, _ = open_page(browser, out / "docs" / document_filename(3))
+    assert short_page.locator("#layer-maps canvas").count() == 2  # 1 block × 2 heads
+    assert problems + long_problems + short_problems == [] and dialogs == []

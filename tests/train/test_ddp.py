@@ -1,0 +1,93 @@
+"""Distributed data parallel for real: two CPU processes (gloo) run ``fit`` on the tiny config."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import torch
+from helpers import CONFIGS, REPO
+
+
+def test_two_process_ddp_fit_trains_tests_and_reports_once(tmp_path):
+    run_dir = tmp_path / "ddp"
+    command = [
+        sys.executable, "-m", "docclass.cli", "fit",
+        "--config", str(CONFIGS / "tiny.yaml"), "--config", str(CONFIGS / "ddp.yaml"),
+        "--trainer.accelerator", "cpu", "--trainer.devices", "2",
+        "--trainer.default_root_dir", str(run_dir),
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    output = done.stdout + done.stderr
+    assert "distributed_backend=gloo" in output
+    assert "All distributed processes registered. Starting with 2 processes" in output
+
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    # Metrics cover the whole test split once, not rank 0's shard (or the sampler's repeats).
+    assert metrics["test"]["n_documents"] == metrics["data"]["test_documents"]
+    assert sum(map(sum, metrics["test"]["confusion_matrix"])) == metrics["data"]["test_documents"]
+    # Each rank read half of every epoch: steps = ceil(ceil(train / 2) / batch) × epochs.
+    per_rank = math.ceil(metrics["data"]["train_documents"] / 2)
+    assert metrics["global_steps"] == math.ceil(per_rank / 16) * metrics["epochs_trained"]
+    # Written once, by rank 0: one report, checkpoints loadable without executing pickle.
+    assert (run_dir / "report" / "index.html").is_file()
+    assert output.count(f"report: {metrics['test']['n_documents']} documents →") == 1
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert checkpoint["global_step"] == metrics["global_steps"]
+
+    # predict on two ranks: one row per test document, in split order, in one file.
+    predict = [*command[:3], "predict", *command[4:]]
+    predict += ["--ckpt_path", str(run_dir / "checkpoints" / "last.ckpt")]
+    done = subprocess.run(predict, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (run_dir / "predictions.jsonl").open()]
+    split = json.loads((run_dir / "split.json").read_text())
+    assert [row["id"] for row in rows] == split["test"]
+    assert not list(run_dir.glob("predictions.jsonl.rank*"))
+
+
+def test_two_process_ddp_fit_on_a_stream_runs_equal_steps(tmp_path):
+    from helpers import KEYWORDS, write_jsonl
+
+    from docclass.data.synthetic import planted_keyword_corpus
+
+    # Three shards for two ranks: shares of unequal length, the case that hangs unless every
+    # rank runs the same number of steps.
+    rows = planted_keyword_corpus(100, KEYWORDS, seed=7)
+    for shard in range(3):
+        write_jsonl(tmp_path / f"train-{shard}.jsonl", rows[shard::3])
+    write_jsonl(tmp_path / "held_out.jsonl", planted_keyword_corpus(20, KEYWORDS, seed=8))
+    metrics = quick_ddp_fit(
+        tmp_path / "run",
+        "--data.source", str(tmp_path / "held_out.jsonl"), "--data.max_docs_per_class", "null",
+        "--data.stream", str(tmp_path / "train-*.jsonl"), "--data.steps_per_epoch", "7",
+    )  # fmt: skip
+    assert metrics["global_steps"] == 7 * metrics["epochs_trained"] == 14
+
+
+def test_two_process_ddp_fit_with_a_token_budget_runs_equal_steps(tmp_path):
+    metrics = quick_ddp_fit(
+        tmp_path / "budget", "--trainer.max_epochs", "1", "--data.max_batch_tokens", "512"
+    )
+    # The tiny config's documents are cut at 64 tokens, so a 512-token budget holds 8 of them:
+    # each rank runs ceil(ceil(train / 2) / 8) steps, not the 16-document batches' count.
+    per_rank = math.ceil(metrics["data"]["train_documents"] / 2)
+    assert metrics["global_steps"] == math.ceil(per_rank / 8)
+
+
+def quick_ddp_fit(run_dir, *options: str) -> dict:
+    """``fit`` on the tiny config in two gloo processes, no report; its metrics.json."""
+    command = [
+        sys.executable, "-m", "docclass.cli", "fit",
+        "--config", str(CONFIGS / "tiny.yaml"), "--config", str(CONFIGS / "ddp.yaml"),
+        "--trainer.accelerator", "cpu", "--trainer.devices", "2",
+        "--trainer.callbacks=[]", "--report_after_fit", "false",
+        "--trainer.default_root_dir", str(run_dir), *options,
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((run_dir / "metrics.json").read_text())

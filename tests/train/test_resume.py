@@ -1,0 +1,140 @@
+"""A training run killed with SIGKILL resumes from its last checkpoint and ends where an
+uninterrupted run ends (CPU, fixed seed): same weights path, same metrics."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from helpers import CONFIGS, REPO
+from lightning.pytorch import Callback
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def fit_command(run_dir, *extra):
+    return [
+        sys.executable, "-m", "docclass.cli", "fit", "--config", str(CONFIGS / "tiny.yaml"),
+        "--trainer.max_epochs", "4", "--report_after_fit", "false",
+        "--trainer.default_root_dir", str(run_dir), *extra,
+    ]  # fmt: skip
+
+
+@pytest.mark.fault(
+    "training killed with SIGKILL mid-run",
+    "resumes with `--ckpt_path …/last.ckpt`; same steps, weights and test metrics as "
+    "an uninterrupted run",
+)
+def test_killed_run_resumes_and_matches_an_uninterrupted_run(tmp_path):
+    whole = tmp_path / "whole"
+    done = subprocess.run(fit_command(whole), cwd=REPO, env=ENV, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    killed = tmp_path / "killed"
+    last = killed / "checkpoints" / "last.ckpt"
+    process = subprocess.Popen(
+        fit_command(killed), cwd=REPO, env=ENV,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not last.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)  # no clean-up, no final checkpoint
+    process.wait()
+    assert process.returncode == -signal.SIGKILL
+    assert not (killed / "metrics.json").exists()  # it really was cut short
+    epoch_at_kill = torch.load(last, weights_only=True)["epoch"]
+    assert epoch_at_kill < 3
+
+    resumed = subprocess.run(
+        fit_command(killed, "--ckpt_path", str(last)),
+        cwd=REPO, env=ENV, capture_output=True, text=True,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    a = json.loads((whole / "metrics.json").read_text())
+    b = json.loads((killed / "metrics.json").read_text())
+    assert b["global_steps"] == a["global_steps"]
+    assert b["test"]["confusion_matrix"] == a["test"]["confusion_matrix"]
+    assert b["val"] == a["val"]
+    weights_a = torch.load(whole / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    weights_b = torch.load(last, weights_only=True)["state_dict"]
+    for name, tensor in weights_a.items():
+        torch.testing.assert_close(weights_b[name], tensor, rtol=0, atol=0, msg=name)
+
+
+class PoisonWeights(Callback):
+    """Fault injection: at the start of ``at_epoch`` one weight becomes NaN, as an overflow
+    would leave it (a real run gets there by chance; a test needs it on cue)."""
+
+    def __init__(self, at_epoch: int = 1) -> None:
+        self.at_epoch = at_epoch
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        if trainer.current_epoch == self.at_epoch:
+            with torch.no_grad():
+                pl_module.model.head.weight[0, 0] = float("nan")
+
+
+@pytest.mark.fault(
+    "NaN training loss (a weight poisoned on cue)",
+    "stops at once, one line naming the last good checkpoint, which predates the fault",
+)
+def test_nan_loss_stops_with_one_line_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
+    from docclass.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([
+            "fit", "--config", str(CONFIGS / "tiny.yaml"), "--trainer.max_epochs", "3",
+            "--trainer.default_root_dir", str(tmp_path),
+            "--trainer.callbacks+=test_resume.PoisonWeights",
+        ])  # fmt: skip
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    assert error.startswith("docclass: error: training loss became nan at epoch 1")
+    assert f"the last good checkpoint is {last}" in error
+    checkpoint = torch.load(last, weights_only=True)
+    assert checkpoint["epoch"] == 0  # written before the fault, never after it
+    assert all(torch.isfinite(t).all() for t in checkpoint["state_dict"].values())
+    assert not (tmp_path / "metrics.json").exists()  # no test of a broken model
+
+
+@pytest.mark.fault(
+    "kill during a checkpoint write",
+    "the previous checkpoint stays whole; no partial file left",
+)
+def test_checkpoint_write_killed_midway_leaves_the_previous_one_whole(tmp_path, monkeypatch):
+    from docclass.train.checkpoint import AtomicCheckpointIO
+
+    path = tmp_path / "checkpoints" / "last.ckpt"
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"epoch": 1, "w": torch.ones(3)}, path)
+    real_save = torch.save
+
+    def dies_halfway(obj, handle, *args, **kwargs):
+        handle.write(b"PK\x03\x04 half a zip archive")  # bytes reach the disk, then death
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", dies_halfway)
+    with pytest.raises(KeyboardInterrupt):
+        io.save_checkpoint({"epoch": 2, "w": torch.zeros(3)}, path)
+    monkeypatch.setattr(torch, "save", real_save)
+    kept = torch.load(path, weights_only=True)
+    assert kept["epoch"] == 1 and torch.equal(kept["w"], torch.ones(3))
+    assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]  # nothing half-written
+
+
+def test_training_runs_write_checkpoints_atomically():
+    from docclass.cli import DocClassCLI
+    from docclass.data.datamodule import DocDataModule
+    from docclass.train.checkpoint import AtomicCheckpointIO
+    from docclass.train.lit_module import DocClassifierModule
+
+    cli = DocClassCLI(
+        DocClassifierModule, DocDataModule, run=False, args=["--config", str(CONFIGS / "tiny.yaml")]
+    )
+    assert isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
