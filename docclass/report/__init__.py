@@ -1,1 +1,2 @@
-"""Run reports: figures and summaries written next to a run's outputs."""
+"""Records → standalone HTML pages and matplotlib figures. The renderer reads explanation records
+and figure files only: it never sees the model or training code."""
