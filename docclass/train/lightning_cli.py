@@ -8,6 +8,7 @@ logs, and after testing ``metrics.json``, ``split.json`` and the predictions.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -142,15 +143,19 @@ def training_cli(args: Sequence[str] | None = None, run: bool = True, cli_class=
         # Parse errors come back as exceptions, so they can be said in one line instead of the
         # full usage text followed by a two-line message.
         parser_kwargs.update({name: {"exit_on_error": False} for name in LIGHTNING_SUBCOMMANDS})
-    return cli_class(
-        DocClassifierModule,
-        DocDataModule,
-        seed_everything_default=0,
-        save_config_kwargs={"overwrite": True},
-        parser_kwargs=parser_kwargs,
-        args=None if args is None else list(args),
-        run=run,
-    )
+    with warnings.catch_warnings():
+        # Commands that read a config (docclass report --data config.yaml) pass their own args
+        # while sys.argv holds theirs: intended here, so LightningCLI's caution is noise.
+        warnings.filterwarnings("ignore", "LightningCLI's args parameter", UserWarning)
+        return cli_class(
+            DocClassifierModule,
+            DocDataModule,
+            seed_everything_default=0,
+            save_config_kwargs={"overwrite": True},
+            parser_kwargs=parser_kwargs,
+            args=None if args is None else list(args),
+            run=run,
+        )
 
 
 def datamodule_from_config(config: str | Path, overrides: Sequence[str] = ()) -> DocDataModule:
