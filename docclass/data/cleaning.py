@@ -51,6 +51,14 @@ def deduplicate(
     return dataset.select(keep), len(dataset) - len(keep)
 
 
+def label_sort_key(name: str) -> tuple[int, int | str]:
+    """Integer label names sort as numbers ("2" before "10"), the rest as text, after them."""
+    try:
+        return (0, int(name))
+    except ValueError:
+        return (1, name)
+
+
 def encode_labels(
     splits: dict[str, datasets.Dataset],
     source_names: list[str] | None,
@@ -70,7 +78,11 @@ def encode_labels(
     def as_names(values: list) -> list[str]:
         return [source_names[v] for v in values] if source_names else [str(v) for v in values]
 
-    label_names = wanted_names or source_names or sorted(set(as_names(splits["train"]["label"])))
+    label_names = (
+        wanted_names
+        or source_names
+        or sorted(set(as_names(splits["train"]["label"])), key=label_sort_key)
+    )
     index = {name: i for i, name in enumerate(label_names)}
     encoded = {}
     for split, dataset in splits.items():

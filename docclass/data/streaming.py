@@ -14,6 +14,7 @@ that runs out starts another pass over its share.
 
 from __future__ import annotations
 
+import functools
 import glob
 import logging
 from collections.abc import Callable, Iterable, Iterator
@@ -25,7 +26,7 @@ from datasets.distributed import split_dataset_by_node
 from torch.utils.data import IterableDataset, get_worker_info
 
 from docclass.data.batching import length_batches
-from docclass.data.cleaning import whitespace_key
+from docclass.data.cleaning import label_sort_key, whitespace_key
 from docclass.data.sources import FILE_FORMATS
 from docclass.errors import DataError
 
@@ -79,7 +80,16 @@ def open_stream(
         loaded = loaded.rename_column(text_column, "text")
     if label_column != "label":
         loaded = loaded.rename_column(label_column, "label")
-    return loaded.select_columns(["text", "label"])
+    loaded = loaded.select_columns(["text", "label"])
+    feature = (loaded.features or {}).get("label")
+    if isinstance(feature, datasets.ClassLabel):
+        # The stream's own numbering means nothing to the held-out data: give every label its name.
+        loaded = loaded.map(functools.partial(_label_name, names=tuple(feature.names)))
+    return loaded
+
+
+def _label_name(row: dict, names: tuple[str, ...]) -> dict:
+    return {"label": names[row["label"]]}
 
 
 def checked_rows(documents: Iterable[dict]) -> Iterator[dict]:
@@ -106,7 +116,7 @@ class StreamedBatches(IterableDataset):
     Args:
         open_documents: ``() -> datasets.IterableDataset`` of ``text`` / ``label`` rows.
         encode: texts → token id lists (the run's tokenizer).
-        label_index: label name → class index; integer labels are taken as indices.
+        label_index: label name → class index; an integer label is looked up by its name.
         collate: rows → batch dict (the in-memory path's, so batches look the same).
         max_tokens: tokens kept per document.
         batch_size: most documents per batch.
@@ -176,20 +186,16 @@ class StreamedBatches(IterableDataset):
         return documents
 
     def _label(self, value) -> int:
-        if isinstance(value, str):
-            if value not in self.label_index:
-                raise DataError(
-                    f"data.stream: label {value!r} is not among the held-out data's labels "
-                    f"{sorted(self.label_index)}; add examples of it to validation and test, "
-                    "or drop it from the stream"
-                )
-            return self.label_index[value]
-        if not 0 <= int(value) < len(self.label_index):
+        """The class index of a stream label, always through its name: an integer label means
+        the held-out label named by that number ("2"), never the class at position 2."""
+        name = str(value)
+        if name not in self.label_index:
             raise DataError(
-                f"data.stream: label {value} is outside 0..{len(self.label_index) - 1}; "
-                "use label names or the held-out data's label numbering"
+                f"data.stream: label {value!r} is not among the held-out data's labels "
+                f"{sorted(self.label_index, key=label_sort_key)[:20]}; add examples of it to "
+                "validation and test, name labels the same way on both sides, or drop it"
             )
-        return int(value)
+        return self.label_index[name]
 
     def _cut(self, rows: list[dict], generator: torch.Generator) -> Iterator[dict]:
         rows = [r for r in rows if r["text"] and whitespace_key(r["text"]) not in self.held_out]

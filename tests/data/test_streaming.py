@@ -1,15 +1,18 @@
 """The streamed training path on a generated corpus: every document once, bucketed within a
 budget, shared between ranks and workers, and a fit that learns from it."""
 
+import functools
 import json
 from collections import Counter
 from pathlib import Path
 
+import datasets
 import pytest
 from helpers import CONFIGS, KEYWORDS, write_jsonl
 from torch.utils.data import DataLoader
 
 from docclass.data.batching import collate, padding_efficiency
+from docclass.data.cleaning import encode_labels
 from docclass.data.datamodule import DocDataModule
 from docclass.data.streaming import (
     StreamedBatches,
@@ -208,3 +211,55 @@ def test_hub_layout_streams_with_renamed_columns(tmp_path):
     datasets.Dataset.from_list(rows).to_parquet(tmp_path / "data" / "train-00000-of-00001.parquet")
     stream = open_stream(str(tmp_path), text_column="content", label_column="topic")
     assert list(stream) == [{"text": r["content"], "label": r["topic"]} for r in rows]
+
+
+def first_token(texts):
+    """Each text's first word as its one token id (the test writes the label there)."""
+    return [[int(text.split()[0])] for text in texts]
+
+
+@pytest.mark.fault(
+    "integer labels, 1-based and 12 classes, in held-out data and stream",
+    "each streamed document trains the class named by its number, never the one at that position",
+)
+def test_integer_stream_labels_land_on_the_class_of_that_name(tmp_path):
+    labels = list(range(1, 13))  # as text, "10" would sort before "2"
+    held_out = datasets.Dataset.from_dict({"text": ["x"] * 24, "label": labels * 2})
+    _, names = encode_labels({"train": held_out}, None, None, "held-out")
+    assert names == [str(v) for v in labels]
+    write_jsonl(tmp_path / "s.jsonl", [{"text": f"{v} words", "label": v} for v in labels * 3])
+    batches = StreamedBatches(
+        functools.partial(open_stream, str(tmp_path / "s.jsonl")),
+        first_token,
+        {name: i for i, name in enumerate(names)},
+        collate,
+        max_tokens=None,
+        batch_size=8,
+    )
+    seen = [
+        (int(token), int(label))
+        for batch in batches
+        for token, label in zip(batch["input_ids"][:, 0], batch["labels"], strict=True)
+    ]
+    assert len(seen) == 36 and all(names[label] == str(value) for value, label in seen)
+
+
+def test_a_class_label_stream_is_read_by_label_names_not_its_numbering(tmp_path):
+    own_order = ["World", "Sports", "Business", "Sci/Tech"]  # the stream's ClassLabel numbering
+    features = datasets.Features(
+        {"text": datasets.Value("string"), "label": datasets.ClassLabel(names=own_order)}
+    )
+    rows = {"text": [f"{i} words" for i in range(4)], "label": [0, 1, 2, 3]}
+    datasets.Dataset.from_dict(rows, features=features).to_parquet(str(tmp_path / "s.parquet"))
+    held_out_index = {name: i for i, name in enumerate(sorted(own_order))}
+    batches = StreamedBatches(
+        functools.partial(open_stream, str(tmp_path / "s.parquet")),
+        first_token,
+        held_out_index,
+        collate,
+        max_tokens=None,
+        batch_size=4,
+    )
+    (batch,) = list(batches)
+    for ids, label in zip(batch["input_ids"][:, 0].tolist(), batch["labels"].tolist(), strict=True):
+        assert label == held_out_index[own_order[ids]]
