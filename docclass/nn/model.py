@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from docclass.errors import ConfigError
@@ -228,12 +229,15 @@ class DocumentClassifier(nn.Module):
     ) -> torch.Tensor:
         """Each token's exact additive share of each class logit (eval mode).
 
-        ``logits[b, c] == token_contributions(...)[b, :, c].sum() + contribution_bias()[c]``,
-        because everything after the pool's softmax is linear:
-        ``logit_c = Σ_h Σ_t α_ht · w_cᵀ W_o[:, h] v_ht + w_cᵀ b_o + b_c``.
+        ``logits[b, c] == token_contributions(...)[b, :, c].sum() + contribution_bias()[c]``
+        for every document with a real token, because everything after the pool's softmax is
+        linear. A token's value is ``W_v (γ ⊙ x̂_t) + (W_v β + b_v)``: the first part is what the
+        token brings; the second is the same for every token, and since each head's weights
+        sum to 1 it adds the same to every document's logit, so it belongs to the bias, not to
+        the words (left in, it would credit each word in proportion to its attention).
 
         Args:
-            token_states: ``[B,T,D]`` from :class:`ClassifierOutput`.
+            token_states: ``[B,T,D]`` from :class:`ClassifierOutput` (after the final LayerNorm).
             pool_weights: ``[B,H,T]`` from :class:`ClassifierOutput`.
 
         Returns:
@@ -241,15 +245,21 @@ class DocumentClassifier(nn.Module):
         """
         batch, length, _ = token_states.shape
         heads = self.pool.n_heads
-        values = self.pool.value_proj(token_states).view(batch, length, heads, -1)  # (B,T,H,Dh)
+        brought = F.linear(token_states - self.final_norm.bias, self.pool.value_proj.weight)
+        values = brought.view(batch, length, heads, -1)  # (B, T, H, Dh)
         readout = (self.head.weight @ self.pool.out_proj.weight).view(
             self.config.num_classes, heads, -1
         )  # (C, H, Dh)
         return torch.einsum("bht,bthd,chd->btc", pool_weights, values, readout)
 
     def contribution_bias(self) -> torch.Tensor:
-        """``[C]``: the part of each logit no token accounts for (``w_cᵀ b_o + b_c``)."""
-        return self.head.weight @ self.pool.out_proj.bias + self.head.bias
+        """``[C]``: the part of each logit no token accounts for: the value every token shares
+        (``W_v β + b_v``) carried through the pool's output, plus ``w_cᵀ b_o + b_c``."""
+        shared_value = (
+            self.pool.value_proj.weight @ self.final_norm.bias + self.pool.value_proj.bias
+        )
+        pooled_constant = self.pool.out_proj.weight @ shared_value + self.pool.out_proj.bias
+        return self.head.weight @ pooled_constant + self.head.bias
 
 
 def drop_words(mask: torch.Tensor, rate: float) -> torch.Tensor:

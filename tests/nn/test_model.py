@@ -68,22 +68,46 @@ def test_fused_and_explicit_paths_agree(window):
 
 
 def test_logits_are_exact_sums_of_token_contributions():
-    """The read-out is linear: logit_c = Σ_h Σ_t α_ht · w_cᵀ W_o[:, h] v_ht + bias_c."""
+    """The read-out is linear: logit_c = Σ_h Σ_t α_ht · w_cᵀ W_o[:, h] u_ht + bias_c, where u is
+    what each token brings to its value and bias_c holds every constant no token causes."""
     model = DocumentClassifier(tiny_config()).eval()
     ids, mask = padded_batch([7, 4])
     out = model(ids, mask)
-    pool = model.pool
-    # Written out independently of token_contributions, from the pool's own parameters.
-    values = pool.value_proj(out.token_states).view(2, ids.shape[1], 2, 8)  # (B, T, H, Dh)
+    pool, norm = model.pool, model.final_norm
+    # Written out independently of token_contributions, from the parameters: the value of a
+    # token is W_v (γ ⊙ x̂_t) + (W_v β + b_v), and Σ_t α_ht = 1 turns the second term into a
+    # constant of the document, not of any token.
+    brought = (out.token_states - norm.bias) @ pool.value_proj.weight.T
+    values = brought.view(2, ids.shape[1], 2, 8)  # (B, T, H, Dh)
     projection = model.head.weight @ pool.out_proj.weight  # (C, D)
     per_head_projection = projection.view(3, 2, 8)  # (C, H, Dh)
     expected = torch.einsum("bht,bthd,chd->btc", out.pool_weights, values, per_head_projection)
     contributions = model.token_contributions(out.token_states, out.pool_weights)
     assert_close(contributions, expected)
+    shared_value = pool.value_proj.weight @ norm.bias + pool.value_proj.bias
     bias = model.contribution_bias()
-    assert_close(bias, model.head.weight @ pool.out_proj.bias + model.head.bias)
+    assert_close(
+        bias, projection @ shared_value + model.head.weight @ pool.out_proj.bias + model.head.bias
+    )
     assert_close(contributions.sum(1) + bias, out.logits, atol=1e-5, rtol=1e-5)
     assert torch.all(contributions[~mask] == 0)
+
+
+def test_constants_no_token_causes_stay_out_of_every_token_contribution():
+    """Shifting the pool's value bias or the final LayerNorm's β changes the logits by a
+    constant; no word may gain or lose credit for it."""
+    model = DocumentClassifier(tiny_config()).eval()
+    ids, mask = padded_batch([7, 4])
+    out = model(ids, mask)
+    before = model.token_contributions(out.token_states, out.pool_weights)
+    with torch.no_grad():
+        model.pool.value_proj.bias.add_(torch.randn(16))
+        model.final_norm.bias.add_(torch.randn(16))
+    shifted = model(ids, mask)
+    assert not torch.allclose(shifted.logits, out.logits)  # the shift does reach the logits
+    after = model.token_contributions(shifted.token_states, shifted.pool_weights)
+    assert_close(after, before, atol=1e-5, rtol=1e-5)
+    assert_close(after.sum(1) + model.contribution_bias(), shifted.logits, atol=1e-5, rtol=1e-5)
 
 
 def test_overfits_a_small_batch():
