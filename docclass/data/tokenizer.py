@@ -108,8 +108,21 @@ def load_tokenizer(serialised: str) -> Tokenizer:
 
 
 def encode_batch(tokenizer: Tokenizer, texts: Sequence[str]) -> list[Encoding]:
-    """Tokenize many texts at once (the Rust side uses every core)."""
+    """Tokenize many texts at once (the Rust side uses every core).
+
+    A special token written in a text ("the [PAD] bank") is read as ordinary text: it must never
+    become the padding or unknown id, or a word would vanish from training and an all-"[PAD]"
+    text would become an empty row. The setting is not saved in a tokenizer's JSON nor kept
+    when it is pickled into a DataLoader worker, so it is set here, where every path encodes.
+    """
+    tokenizer.encode_special_tokens = True
     return tokenizer.encode_batch(list(texts), add_special_tokens=False)
+
+
+def token_ids(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """The token ids of each text (a picklable encoder for DataLoader workers, with
+    ``functools.partial``)."""
+    return [encoding.ids for encoding in encode_batch(tokenizer, texts)]
 
 
 @dataclass

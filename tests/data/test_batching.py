@@ -2,7 +2,8 @@
 
 import pytest
 
-from docclass.data.batching import length_batches
+from docclass.data.batching import collate, length_batches, pad_token_ids
+from docclass.data.tokenizer import PAD_ID
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 64])
@@ -32,3 +33,16 @@ def test_token_budget_batches_fill_the_budget_shortest_first():
         assert len(batch) <= 3 and (len(batch) * longest <= 128 or len(batch) == 1)
     assert [5] in batches and [1] in batches  # over-budget documents travel alone
     assert length_batches(lengths, 4) == [[0, 6, 2, 7], [3, 4, 1, 5]]
+
+
+def test_masks_come_from_lengths_never_from_token_ids():
+    # An id equal to the padding id inside a row is still a real token of that row.
+    batch = collate(
+        [
+            {"input_ids": [5, PAD_ID, 7], "label": 0, "index": 0, "truncated": False},
+            {"input_ids": [PAD_ID], "label": 1, "index": 1, "truncated": False},
+        ]
+    )
+    assert batch["attention_mask"].tolist() == [[True, True, True], [True, False, False]]
+    _, mask = pad_token_ids([[PAD_ID, PAD_ID], [3]], pad_to_multiple=4)
+    assert mask.tolist() == [[True, True, False, False], [True, False, False, False]]

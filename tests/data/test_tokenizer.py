@@ -1,3 +1,4 @@
+import pickle
 import unicodedata
 
 import pytest
@@ -94,3 +95,19 @@ def test_training_is_deterministic(kind):
     texts = [f"{line} number{i} {i * 7}th" for i, line in enumerate(CORPUS * 3)]
     spec = TokenizerSpec(kind=kind, vocab_size=400, min_frequency=1)
     assert train_tokenizer(texts, spec).to_str() == train_tokenizer(texts, spec).to_str()
+
+
+@pytest.mark.fault(
+    'a document that writes a special token ("the [PAD] bank", or only "[PAD]")',
+    "read as ordinary text: never the padding or unknown id, never an empty row",
+)
+def test_special_tokens_written_in_a_text_are_read_as_text():
+    tokenizer = train_tokenizer(CORPUS, TokenizerSpec(vocab_size=120, min_frequency=1))
+    with_pad, only_pad, only_unk = encode_batch(tokenizer, ["the [PAD] bank", "[PAD]", "[UNK]"])
+    assert PAD_ID not in with_pad.ids and PAD_ID not in only_pad.ids and only_pad.ids
+    # Its letters are read; the brackets, unseen in training, may be unknown characters.
+    assert "[PAD]" not in only_pad.tokens and len(only_unk.ids) > 1
+    # A tokenizer rebuilt from a checkpoint's JSON, or unpickled in a DataLoader worker, loses
+    # the setting: encoding must set it again.
+    for copy in (load_tokenizer(tokenizer.to_str()), pickle.loads(pickle.dumps(tokenizer))):
+        assert encode_batch(copy, ["[PAD]"])[0].ids == only_pad.ids
