@@ -31,7 +31,13 @@ from docclass.data.cleaning import (
 )
 from docclass.data.sources import SourceSpec, load_source
 from docclass.data.streaming import StreamedBatches, open_stream, stream_sample
-from docclass.data.tokenizer import TokenizerSpec, encode_batch, load_tokenizer, train_tokenizer
+from docclass.data.tokenizer import (
+    TokenizerSpec,
+    encode_batch,
+    load_tokenizer,
+    token_ids,
+    train_tokenizer,
+)
 from docclass.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -196,7 +202,7 @@ class DocDataModule(pl.LightningDataModule):
         if artifact:
             self.tokenizer = load_tokenizer(artifact["tokenizer"])
         elif self.stream:
-            sample = stream_sample(self._stream_documents(), self.tokenizer_documents)
+            sample = stream_sample(self._stream_documents()(), self.tokenizer_documents)
             if not sample:
                 raise DataError(f"data.stream {self.stream!r} holds no documents")
             self.tokenizer = train_tokenizer(sample, self.tokenizer_spec)
@@ -329,20 +335,26 @@ class DocDataModule(pl.LightningDataModule):
             self.stats[f"{split}_truncated"] = int(sum(tokenized["truncated"]))
         return self._tokenized[split]
 
-    def _stream_documents(self) -> datasets.IterableDataset:
+    def _stream_documents(self) -> functools.partial:
+        """Opens the training stream: a partial of a module-level function, so it pickles into
+        DataLoader workers started with ``spawn`` (macOS, and Linux from Python 3.14)."""
         spec = self.source_spec
-        return open_stream(
-            self.stream, spec.hub_config, spec.train_split, spec.text_column, spec.label_column
+        return functools.partial(
+            open_stream,
+            self.stream,
+            spec.hub_config,
+            spec.train_split,
+            spec.text_column,
+            spec.label_column,
         )
 
     def _stream_loader(self) -> DataLoader:
         held_out = frozenset(
             whitespace_key(text) for split in ("val", "test") for text in self.splits[split]["text"]
         )
-        tokenizer = self.tokenizer
         batches = StreamedBatches(
-            self._stream_documents,
-            lambda texts: [e.ids for e in encode_batch(tokenizer, texts)],
+            self._stream_documents(),
+            functools.partial(token_ids, self.tokenizer),
             {name: i for i, name in enumerate(self.label_names)},
             functools.partial(collate, pad_to_multiple=self.pad_to_multiple),
             self.max_tokens,

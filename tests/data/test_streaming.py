@@ -3,6 +3,7 @@ budget, shared between ranks and workers, and a fit that learns from it."""
 
 import functools
 import json
+import pickle
 from collections import Counter
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from docclass.data.streaming import (
     open_stream,
 )
 from docclass.data.synthetic import planted_keyword_corpus
+from docclass.data.tokenizer import TokenizerSpec
 from docclass.errors import DataError
 
 
@@ -263,3 +265,23 @@ def test_a_class_label_stream_is_read_by_label_names_not_its_numbering(tmp_path)
     (batch,) = list(batches)
     for ids, label in zip(batch["input_ids"][:, 0].tolist(), batch["labels"].tolist(), strict=True):
         assert label == held_out_index[own_order[ids]]
+
+
+@pytest.mark.fault(
+    "DataLoader workers started with spawn (macOS; Linux from Python 3.14) on a streamed set",
+    "the stream pickles into every worker; together they read every document once",
+)
+def test_streamed_training_set_runs_in_spawned_workers(corpus):
+    root, rows = corpus
+    datamodule = DocDataModule(
+        source=str(root / "held_out.jsonl"),
+        stream=str(root / "train-*.jsonl"),
+        tokenizer=TokenizerSpec(vocab_size=300),
+        max_tokens=None,
+        tokenizer_documents=200,
+    )
+    dataset = datamodule.train_dataloader().dataset
+    pickle.dumps(dataset)  # what spawn does with it first
+    loader = DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context="spawn")
+    read = sum(int(batch["labels"].numel()) for batch in loader)
+    assert read == len(rows)
