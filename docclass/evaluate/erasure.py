@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from docclass.data.tokenizer import UNK_ID
-from docclass.interpret.inputs import batched, document_inputs
+from docclass.interpret.inputs import batched, document_inputs, float32_model
 from docclass.nn.model import DocumentClassifier
 
 FRACTIONS = (0.01, 0.05, 0.10, 0.20, 0.50)
@@ -93,7 +93,7 @@ def keep_probabilities(
     """
     if removal not in ("mask", "unk"):
         raise ValueError(f"removal must be 'mask' or 'unk', got {removal!r}")
-    model = model.to(device).eval()
+    model = float32_model(model.to(device).eval())
     keeps = [mask[token_words] for mask in masks]
     with torch.inference_mode():
         if removal == "mask" and model.config.attention_window == 0:

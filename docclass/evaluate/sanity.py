@@ -23,7 +23,7 @@ import torch
 
 from docclass.evaluate.erasure import keep_probabilities
 from docclass.interpret.explain import explain_documents
-from docclass.interpret.inputs import batched, document_inputs, encode_documents
+from docclass.interpret.inputs import batched, document_inputs, encode_documents, float32_model
 from docclass.interpret.integrated_gradients import add_integrated_gradients
 from docclass.nn.model import DocumentClassifier
 
@@ -86,7 +86,7 @@ def permuted_pool(
     fraction of permutations that change the label; plus the fraction of documents whose label
     any permutation changes.
     """
-    model = classifier.model.to(device).eval()
+    model = float32_model(classifier.model.to(device).eval())
     generator = torch.Generator().manual_seed(seed)
     documents = encode_documents(classifier.tokenizer, texts, classifier.max_tokens)
     rows = [d.token_ids for d in documents if len(d.token_ids) > 1]

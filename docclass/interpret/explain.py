@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from docclass.interpret.inputs import DocumentInput, batched, encode_documents
+from docclass.interpret.inputs import DocumentInput, batched, encode_documents, float32_model
 from docclass.interpret.methods import ScoringPass, scoring_pass, token_scores
 from docclass.interpret.records import EMPTY_DOCUMENT, compact
 from docclass.nn.attention import banded_to_dense
@@ -141,7 +141,7 @@ def explain_documents(
     labels = list(labels) if labels is not None else [None] * len(texts)
     if not len(doc_ids) == len(labels) == len(texts):
         raise ValueError("texts, doc_ids and labels must have the same length")
-    model = classifier.model.to(device).eval()
+    model = float32_model(classifier.model.to(device).eval())
     documents = encode_documents(classifier.tokenizer, texts, classifier.max_tokens)
     records = [_empty_record(text) for text in texts]
     bias = model.contribution_bias().detach().double().cpu().numpy()

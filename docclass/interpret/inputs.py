@@ -8,6 +8,7 @@ tokens, cut to the model's ``max_tokens``, batched with documents of similar len
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -23,6 +24,17 @@ from docclass.nn.model import ClassifierOutput, DocumentClassifier
 # Inference batches close when the next document is over 25 % longer than the batch's shortest:
 # padding then stays small (BBC: 1.09× one-at-a-time speed, against 0.66× for one padded batch).
 SIMILAR_LENGTH = 0.25
+
+
+def float32_model(model: DocumentClassifier) -> DocumentClassifier:
+    """The model itself when its weights are float32, else a float32 copy (eval mode).
+
+    Word scores and their checks are sums of many small terms (contributions add up to the
+    logit): with bf16 weights (``bf16-true`` training) they would be exact to bf16 only.
+    """
+    if all(parameter.dtype == torch.float32 for parameter in model.parameters()):
+        return model
+    return copy.deepcopy(model).float().eval()
 
 
 @dataclass

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from docclass.interpret.inputs import document_inputs
+from docclass.interpret.inputs import document_inputs, float32_model
 from docclass.interpret.records import compact
 
 IG_METHOD = "integrated_gradients"
@@ -33,7 +33,7 @@ def integrated_gradients(
     from captum.attr import IntegratedGradients
 
     ids, token_words, predicted = document_inputs(classifier, text, record)
-    model = classifier.model.to(device).eval()
+    model = float32_model(classifier.model.to(device).eval())
     ids = ids[None].to(device)
     mask = torch.ones_like(ids, dtype=torch.bool)
     positions = model.position_vectors(ids.shape[1], ids.device)

@@ -52,9 +52,10 @@ def scoring_pass(
     model: DocumentClassifier, input_ids: torch.Tensor, mask: torch.Tensor
 ) -> ScoringPass:
     """Run one padded batch once, with gradients on the embeddings (eval mode)."""
-    # Callers may sit inside Lightning's validation loop, which runs in inference mode;
-    # gradient × input needs ordinary tensors and autograd.
-    with torch.inference_mode(False), torch.enable_grad():
+    # Callers may sit inside Lightning's validation loop, which runs in inference mode (and
+    # perhaps autocast); gradient × input needs ordinary tensors, autograd and full precision.
+    no_autocast = torch.autocast(input_ids.device.type, enabled=False)
+    with torch.inference_mode(False), torch.enable_grad(), no_autocast:
         token_part = model.embed(input_ids) * model.embed_scale  # (B, T, D)
         embedded = model.embed_tokens(input_ids).detach().requires_grad_(True)
         out = model(input_ids, mask, need_layer_weights=True, inputs_embeds=embedded)

@@ -13,6 +13,7 @@ with nothing to classify gets ``predicted: null`` and ``error``.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,9 +85,10 @@ def method_label(key: str) -> str:
     return METHODS[key].label
 
 
-def compact(values: Iterable[float]) -> list[float]:
-    """Floats with 6 significant digits: exact enough to rank and sum, small in JSONL."""
-    return [float(f"{value:.6g}") for value in values]
+def compact(values: Iterable[float]) -> list[float | None]:
+    """Floats with 6 significant digits: exact enough to rank and sum, small in JSONL. A value
+    that is not finite becomes None (JSON null): ``NaN`` is not JSON, and readers choke on it."""
+    return [float(f"{value:.6g}") if math.isfinite(value) else None for value in values]
 
 
 def write_jsonl(records: Iterable[dict[str, Any]], path: str | Path) -> int:
@@ -94,7 +96,8 @@ def write_jsonl(records: Iterable[dict[str, Any]], path: str | Path) -> int:
     count = 0
     with open(path, "w", encoding="utf-8") as handle:
         for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            # allow_nan=False: a non-finite number anywhere is a bug to see, not invalid JSON.
+            handle.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
             count += 1
     return count
 

@@ -82,9 +82,15 @@ class GaussianScore(nn.Module):
     def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """``queries [B,H,Q,Dh]``, ``keys [B,H,T,Dh]`` → scores ``[B,H,Q,T]``."""
         # ‖q-k‖² = ‖q‖² - 2 q·k + ‖k‖², which avoids building a [B,H,Q,T,Dh] difference tensor.
-        q_sq = queries.pow(2).sum(-1, keepdim=True)  # (B, H, Q, 1)
-        k_sq = keys.pow(2).sum(-1).unsqueeze(-2)  # (B, H, 1, T)
-        return -(q_sq - 2 * queries @ keys.transpose(-2, -1) + k_sq) / 2
+        # The three terms nearly cancel for nearby q and k: in bf16 (8 bits of mantissa) the
+        # difference would be mostly rounding error, so it is computed in float32.
+        # The result goes back to the inputs' dtype: rounding it loses little, cancelling did.
+        dtype = queries.dtype
+        with torch.autocast(queries.device.type, enabled=False):
+            queries, keys = queries.float(), keys.float()
+            q_sq = queries.pow(2).sum(-1, keepdim=True)  # (B, H, Q, 1)
+            k_sq = keys.pow(2).sum(-1).unsqueeze(-2)  # (B, H, 1, T)
+            return (-(q_sq - 2 * queries @ keys.transpose(-2, -1) + k_sq) / 2).to(dtype)
 
 
 def make_score(kind: str, n_heads: int, head_dim: int) -> nn.Module:

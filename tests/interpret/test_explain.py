@@ -1,5 +1,6 @@
 """Word scores: every method checked against its definition, on hard text and long documents."""
 
+import json
 import math
 
 import numpy as np
@@ -10,7 +11,7 @@ from torch.testing import assert_close
 
 from docclass.data.tokenizer import align_words, encode_batch
 from docclass.interpret.explain import explain_documents
-from docclass.interpret.records import method_names, read_jsonl, write_jsonl
+from docclass.interpret.records import compact, method_names, read_jsonl, write_jsonl
 from docclass.nn.attention import banded_to_dense
 from docclass.train.checkpoint import TrainedClassifier
 
@@ -152,3 +153,31 @@ def test_jsonl_round_trip(tmp_path):
     assert write_jsonl(records, path) == len(records)
     assert read_jsonl(path) == records
     assert "ünï" in path.read_text(encoding="utf-8")
+
+
+@pytest.mark.fault(
+    "explaining a model trained with bf16-true weights",
+    "word scores computed in float32: contributions add up to the float32 logits to 1e-4",
+)
+def test_bf16_weights_are_explained_in_float32():
+    classifier = tiny_classifier(n_layers=1)
+    exact = explain_documents(classifier, DOCUMENTS[:3])
+    halved = TrainedClassifier(
+        classifier.model.to(torch.bfloat16), classifier.tokenizer, LABELS, None
+    )
+    records = explain_documents(halved, DOCUMENTS[:3])
+    assert next(classifier.model.parameters()).dtype == torch.bfloat16  # the caller's model
+    for record, reference in zip(records, exact, strict=True):
+        contribution = sum(record["scores"]["contribution"])
+        bias = record["contribution_bias"][record["predicted"]]
+        assert contribution + bias == pytest.approx(record["logits"][record["predicted"]], abs=1e-4)
+        # The same weights rounded to bf16: close to, not equal to, the float32 model's scores.
+        assert record["predicted"] == reference["predicted"]
+
+
+def test_a_score_that_is_not_finite_is_written_as_json_null(tmp_path):
+    record = {"id": 0, "scores": {"contribution": compact([0.5, float("nan"), float("inf")])}}
+    write_jsonl([record], tmp_path / "r.jsonl")
+    text = (tmp_path / "r.jsonl").read_text()
+    strict = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in JSONL"))
+    assert strict["scores"]["contribution"] == [0.5, None, None]

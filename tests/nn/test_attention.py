@@ -218,3 +218,17 @@ def test_window_wider_than_the_document_is_full_attention():
     torch.testing.assert_close(
         local(x, mask)[0][mask], full(x, mask)[0][mask], atol=1e-5, rtol=1e-5
     )
+
+
+def test_gaussian_score_keeps_its_precision_under_bf16_autocast():
+    # Nearby query and key of large norm: ‖q‖², 2q·k and ‖k‖² nearly cancel.
+    torch.manual_seed(0)
+    keys = (8 * torch.randn(1, 1, 6, 16)).bfloat16()
+    queries = (keys[:, :, :1].float() + 0.05 * torch.randn(1, 1, 1, 16)).bfloat16()
+    difference = queries.double().unsqueeze(-2) - keys.double().unsqueeze(-3)
+    reference = -difference.pow(2).sum(-1) / 2  # exact, on the same bf16 inputs
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        scores = GaussianScore()(queries, keys)
+    assert scores.dtype == torch.bfloat16
+    # bf16 rounding of the result: under 1 % of each score (and the near key's stays near 0).
+    assert ((scores.double() - reference).abs() <= 0.01 * reference.abs() + 1e-3).all()
