@@ -5,6 +5,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import datasets
+import lightning.pytorch as pl
 import torch
 
 from docclass.data.tokenizer import TokenizerSpec, train_tokenizer
@@ -152,3 +153,13 @@ def parsed_page(path) -> WordCollector:
     collector = WordCollector()
     collector.feed(path.read_text(encoding="utf-8"))
     return collector
+
+
+class RankMetrics(pl.Callback):
+    """Writes what each rank sees at the end of fit, ``<root>/rank<r>.json`` (named by class
+    path in DDP tests, whose processes get ``PYTHONPATH=tests``)."""
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        seen = {key: float(value) for key, value in trainer.callback_metrics.items()}
+        path = Path(trainer.default_root_dir) / f"rank{trainer.global_rank}.json"
+        path.write_text(json.dumps(seen))

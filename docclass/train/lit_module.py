@@ -134,6 +134,7 @@ class DocClassifierModule(pl.LightningModule):
             on_step=False,
             on_epoch=True,
             batch_size=batch_size,
+            sync_dist=True,  # every rank's tokens, not rank 0's share
         )
         return loss
 
@@ -141,7 +142,9 @@ class DocClassifierModule(pl.LightningModule):
         loss, logits = self._shared_step(batch)
         preds = logits.argmax(dim=-1)
         batch_size = len(batch["labels"])
-        self.log(f"{stage}/loss", loss, prog_bar=True, batch_size=batch_size)
+        # Synced: under DDP each rank holds a shard, and EarlyStopping and metrics.json read this
+        # figure; unsynced, each rank would stop on its own shard's loss.
+        self.log(f"{stage}/loss", loss, prog_bar=True, batch_size=batch_size, sync_dist=True)
         for name in ("acc", "f1"):
             metric = self.metrics[f"{stage}_{name}"]
             metric(preds, batch["labels"])

@@ -19,11 +19,18 @@ def test_two_process_ddp_fit_trains_tests_and_reports_once(tmp_path):
         "--trainer.default_root_dir", str(run_dir),
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    seen = [*command, "--trainer.callbacks+=helpers.RankMetrics"]
+    env_seen = {**env, "PYTHONPATH": str(REPO / "tests")}
+    done = subprocess.run(seen, cwd=REPO, env=env_seen, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     output = done.stdout + done.stderr
     assert "distributed_backend=gloo" in output
     assert "All distributed processes registered. Starting with 2 processes" in output
+    # What EarlyStopping and metrics.json read is the same on both ranks: the whole validation
+    # set's loss and both ranks' token counts, not each rank's own shard.
+    ranks = [json.loads((run_dir / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for key in ("val/loss", "val/acc", "train/real_tokens"):
+        assert ranks[0][key] == ranks[1][key], key
 
     metrics = json.loads((run_dir / "metrics.json").read_text())
     # Metrics cover the whole test split once, not rank 0's shard (or the sampler's repeats).
