@@ -77,6 +77,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+        # A process killed mid-write (SIGKILL: no clean-up runs) leaves its partial file.
+        for stale in target.parent.glob(f".{target.name}.*.partial"):
+            if stale != partial:
+                stale.unlink(missing_ok=True)
         try:
             with open(partial, "wb") as handle:
                 torch.save(checkpoint, handle)

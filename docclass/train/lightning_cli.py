@@ -71,8 +71,15 @@ class TrainingCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self._subcommand_section(self.config)
         ckpt_path = config.get("ckpt_path")
+        if ckpt_path in ("last", "best"):
+            # Lightning finds these itself, later; the tokenizer must come from the same file.
+            run_dir = Path(config.trainer.get("default_root_dir") or "reports/run")
+            named = run_dir / "checkpoints" / f"{ckpt_path}.ckpt"
+            ckpt_path = str(named) if named.is_file() else None
         if ckpt_path and ckpt_path not in LIGHTNING_CKPT_ALIASES and not config.data.tokenizer_from:
-            # A checkpoint's weights only make sense with its own tokenizer and label order.
+            # A checkpoint's weights only make sense with its own tokenizer and label order (a
+            # WordPiece tokenizer trained again can differ: tokenizers 0.23 breaks ties in hash
+            # order).
             config.data.tokenizer_from = ckpt_path
         max_tokens, max_positions = config.data.max_tokens, config.model.max_positions
         if config.model.positions == "learned" and (

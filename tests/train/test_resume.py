@@ -80,6 +80,30 @@ class PoisonWeights(Callback):
 
 
 @pytest.mark.fault(
+    "a run resumed with `--ckpt_path last` (WordPiece tokenizer)",
+    "the checkpoint's tokenizer and labels are read, never trained again",
+)
+def test_resume_from_last_reads_the_checkpoints_tokenizer(tmp_path, monkeypatch):
+    from docclass.cli import main
+
+    settings = [
+        "fit", "--config", str(CONFIGS / "tiny.yaml"), "--data.tokenizer.kind", "wordpiece",
+        "--report_after_fit", "false", "--trainer.default_root_dir", str(tmp_path),
+    ]  # fmt: skip
+    main([*settings, "--trainer.max_epochs", "1"])
+    first = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+
+    def trained_again(*args, **kwargs):
+        raise AssertionError("resuming trained a new tokenizer")
+
+    monkeypatch.setattr("docclass.data.datamodule.train_tokenizer", trained_again)
+    main([*settings, "--trainer.max_epochs", "2", "--ckpt_path", "last"])
+    resumed = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert resumed["epoch"] == first["epoch"] + 1
+    assert resumed["docclass"]["tokenizer"] == first["docclass"]["tokenizer"]
+
+
+@pytest.mark.fault(
     "NaN training loss (a weight poisoned on cue)",
     "stops at once, one line naming the last good checkpoint, which predates the fault",
 )
@@ -126,6 +150,44 @@ def test_checkpoint_write_killed_midway_leaves_the_previous_one_whole(tmp_path, 
     kept = torch.load(path, weights_only=True)
     assert kept["epoch"] == 1 and torch.equal(kept["w"], torch.ones(3))
     assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]  # nothing half-written
+
+
+KILLED_WRITER = """
+import sys, torch
+from docclass.train.checkpoint import AtomicCheckpointIO
+io = AtomicCheckpointIO()
+io.save_checkpoint({"epoch": 1, "w": torch.ones(3)}, sys.argv[1])
+print("first saved", flush=True)
+io.save_checkpoint({"epoch": 2, "w": torch.zeros(200_000_000)}, sys.argv[1])  # 800 MB
+"""
+
+
+@pytest.mark.fault(
+    "SIGKILL while a checkpoint is being written",
+    "the previous checkpoint loads whole; the next save removes the partial file left behind",
+)
+def test_checkpoint_write_sigkilled_midway_leaves_the_previous_one_whole(tmp_path):
+    from docclass.train.checkpoint import AtomicCheckpointIO
+
+    path = tmp_path / "checkpoints" / "last.ckpt"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, str(path)], cwd=REPO, env=ENV,
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert writer.stdout.readline().strip() == b"first saved"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        partial = list(path.parent.glob(".last.ckpt.*.partial"))
+        if partial and partial[0].stat().st_size > 0:
+            break
+        time.sleep(0.002)
+    writer.send_signal(signal.SIGKILL)  # mid-write: no finally, no clean-up
+    writer.wait()
+    assert list(path.parent.glob(".last.ckpt.*.partial")), "the kill came after the write"
+    kept = torch.load(path, weights_only=True)
+    assert kept["epoch"] == 1 and torch.equal(kept["w"], torch.ones(3))
+    AtomicCheckpointIO().save_checkpoint({"epoch": 3, "w": torch.ones(2)}, path)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]
 
 
 def test_training_runs_write_checkpoints_atomically():
