@@ -12,7 +12,7 @@ PIP_FLAGS := $(if $(WHEELS),--find-links $(WHEELS),)
 CHROMIUM := $(shell command -v chromium 2>/dev/null)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: demo test test-full lint format seeds report-speed classify-memory serve-load batching-speed bench long-documents planted-keyword faithfulness streaming-speed browser clean
+.PHONY: demo test test-full lint format seeds report-speed report-cap classify-memory serve-load batching-speed bench long-documents planted-keyword faithfulness streaming-speed browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,10 @@ faithfulness: $(STAMP)  ## every faithfulness figure of the BBC test split, into
 
 streaming-speed: $(STAMP)  ## the streamed training path beside the in-memory one on BBC (~3 min)
 	$(BIN)/python -m scripts.streaming_speed --out reports/streaming-speed.json
+
+report-cap: $(STAMP)  ## the after-fit report on a 70,000-document split, capped vs whole (after `make demo`)
+	$(BIN)/python -m scripts.report_cap --ckpt reports/bbc/checkpoints/last.ckpt \
+		--out reports/report-cap.json
 
 planted-keyword: $(STAMP)  ## do the word scores find a planted deciding keyword? (~30 s)
 	$(BIN)/python -m scripts.planted_keyword --out reports/planted-keyword.json

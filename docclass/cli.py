@@ -78,6 +78,7 @@ class DocClassCLI(TrainingCLI):
             run_dir=run_dir,
             title=f"docclass report · {run_dir.name}",
             device=str(self.model.device),
+            max_documents=self.config.fit.get("report_max_documents"),
         )
         print(f"report: {summary['documents']} documents → {summary['index']}")
 

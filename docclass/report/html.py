@@ -237,7 +237,9 @@ def _metric_log(run_dir: Path | None) -> Path | None:
     return logs[-1] if logs else None
 
 
-def _summary(records: Sequence[dict], label_names: list[str]) -> dict[str, Any]:
+def _summary(
+    records: Sequence[dict], label_names: list[str], population: dict[str, Any] | None = None
+) -> dict[str, Any]:
     matrix = confusion(records, label_names)
     summary: dict[str, Any] = {
         "documents": len(records),
@@ -253,6 +255,10 @@ def _summary(records: Sequence[dict], label_names: list[str]) -> dict[str, Any]:
         scores = classification_scores(matrix)
         summary["accuracy"], summary["macro_f1"] = scores["accuracy"], scores["macro_f1"]
         summary["errors"] = int(matrix.sum() - np.trace(matrix))
+    if population:
+        # A sample chosen errors first would make its own accuracy look far worse than it is.
+        summary.update({key: population.get(key) for key in ("documents", "accuracy", "macro_f1")})
+        summary["errors"] = population.get("errors", 0)
     return summary
 
 
@@ -265,6 +271,7 @@ def write_report(
     run_dir: str | Path | None = None,
     documents_dir: str = "docs",
     faithfulness: dict[str, Any] | None = None,
+    population: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``index.html`` and ``<documents_dir>/doc-NNNNN.html`` for every record.
 
@@ -280,6 +287,9 @@ def write_report(
         faithfulness: the records' faithfulness over documents, as
             :func:`docclass.evaluate.erasure.aggregate_faithfulness` gives it under ``methods``,
             with ``fractions`` and ``documents``; None when not measured.
+        population: when the records are a sample of a larger set: that set's ``documents``,
+            ``accuracy``, ``macro_f1``, ``errors`` and how the sample was drawn (``selection``);
+            the headline shows these instead of the sample's own.
 
     Returns:
         The path of ``index.html``.
@@ -299,7 +309,8 @@ def write_report(
     index = environment.get_template("index.html.j2").render(
         title=title,
         subtitle=subtitle,
-        summary=_summary(records, label_names),
+        summary=_summary(records, label_names, population),
+        population=population,
         low_confidence=LOW_CONFIDENCE,
         run_metrics=_run_metrics(run_dir),
         figures=_index_figures(records, label_names, run_dir, faithfulness, pool_heads),
@@ -317,7 +328,7 @@ def write_report(
     # What rewrite_report needs to render the same report again from explanations.jsonl.
     meta = dict(title=title, subtitle=subtitle, label_names=label_names, run_dir=run_dir)
     meta.update(run_dir=str(run_dir) if run_dir else None, documents_dir=documents_dir)
-    meta["faithfulness"] = faithfulness
+    meta.update(faithfulness=faithfulness, population=population)
     (out_dir / REPORT_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return out_dir / "index.html"
 

@@ -54,6 +54,14 @@ class TrainingCLI(LightningCLI):
             help="after testing, write the HTML word-score report of the test split to "
             "<default_root_dir>/report/",
         )
+        parser.add_argument(
+            "--report_max_documents",
+            type=int | None,
+            default=1000,
+            help="the after-fit report explains at most this many test documents: every "
+            "misclassified one first, then a sample stratified by class (headline figures stay "
+            "those of the whole split); null explains all",
+        )
 
     def _subcommand_section(self, namespace):
         """A subcommand's part of a namespace; the whole of it when run without a subcommand."""

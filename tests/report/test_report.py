@@ -5,11 +5,17 @@ import os
 import shutil
 
 import pytest
-from helpers import CONFIGS, LABELS, parsed_page, tiny_classifier
+from helpers import CONFIGS, DOCUMENTS, LABELS, parsed_page, tiny_classifier
 
 from docclass.cli import main
 from docclass.evaluate.erasure import aggregate_faithfulness, beats_random
-from docclass.inference.reporting import measure_faithfulness
+from docclass.inference.classifier import DocClassifier
+from docclass.inference.reporting import (
+    Documents,
+    make_report,
+    measure_faithfulness,
+    select_for_report,
+)
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.records import method_label, read_jsonl
 from docclass.report.html import (
@@ -277,3 +283,42 @@ def test_index_long_and_short_pages_in_chromium(browser, report):
     short_page, short_problems, _ = open_page(browser, out / "docs" / document_filename(3))
     assert short_page.locator("#layer-maps canvas").count() == 2  # 1 block × 2 heads
     assert problems + long_problems + short_problems == [] and dialogs == []
+
+
+def test_a_capped_report_shows_every_error_then_a_stratified_sample():
+    labels = ["a"] * 60 + ["b"] * 30 + ["c"] * 10
+    predicted = list(labels)
+    for i in (3, 61, 95):
+        predicted[i] = "b" if labels[i] != "b" else "a"
+    chosen = select_for_report(labels, predicted, 23, seed=1)
+    assert len(chosen) == 23 and chosen == sorted(set(chosen))
+    assert {3, 61, 95} <= set(chosen)
+    rest = [labels[i] for i in chosen if i not in (3, 61, 95)]
+    # 20 places for 97 correct documents: 59, 29 and 9 of them, in proportion (±1).
+    assert [rest.count(c) for c in "abc"] == [12, 6, 2]
+    assert select_for_report(labels, predicted, 23, seed=1) == chosen  # reproducible
+    few = select_for_report(labels, predicted, 2)
+    assert len(few) == 2 and set(few) < {3, 61, 95}  # errors before anything else
+    assert select_for_report(labels, predicted, 500) == list(range(100))
+
+
+@pytest.mark.fault(
+    "a test split far larger than a report should hold (a hub split of 70,000 documents)",
+    "the report explains at most --max_documents (1,000): every error, then a stratified "
+    "sample; its headline figures stay those of every document, and the page says so",
+)
+def test_capped_report_keeps_the_headline_of_every_document(tmp_path):
+    classifier = tiny_classifier(n_layers=1)
+    texts = [f"{DOCUMENTS[i % 3]} {i}" for i in range(30)]
+    labels = [LABELS[i % 3] for i in range(30)]
+    documents = Documents(texts, [str(i) for i in range(30)], labels, "thirty documents")
+    make_report(classifier, documents, tmp_path, max_documents=8, faithfulness=False)
+    records = read_jsonl(tmp_path / "explanations.jsonl")
+    predicted = [r["label"] for r in DocClassifier(classifier, "cpu").predict(texts)]
+    errors = {str(i) for i in range(30) if predicted[i] != labels[i]}
+    shown = {r["id"] for r in records}
+    assert len(records) == 8 and (shown <= errors if len(errors) >= 8 else errors <= shown)
+    html = (tmp_path / "index.html").read_text(encoding="utf-8")
+    accuracy = sum(p == t for p, t in zip(predicted, labels, strict=True)) / 30
+    assert f"<b>{accuracy:.3f}</b>accuracy" in html and "<b>30</b>documents" in html
+    assert "8 of 30 documents shown" in html and "over all 30 documents" in html
