@@ -163,3 +163,11 @@ class RankMetrics(pl.Callback):
         seen = {key: float(value) for key, value in trainer.callback_metrics.items()}
         path = Path(trainer.default_root_dir) / f"rank{trainer.global_rank}.json"
         path.write_text(json.dumps(seen))
+
+
+class RankRandomState(pl.Callback):
+    """Each batch, rank r draws r + 1 random numbers, as ranks whose batches differ in shape
+    do: their generators part ways."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        torch.rand(trainer.global_rank + 1)

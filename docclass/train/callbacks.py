@@ -68,14 +68,33 @@ class RandomState(pl.Callback):
         state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": _python_state()}
         if torch.cuda.is_available():
             state["cuda"] = torch.cuda.get_rng_state_all()
+        rank, world = _rank_and_world()
+        if world > 1:
+            # Every rank builds the checkpoint, only rank 0 writes it: without gathering, every
+            # rank would resume with rank 0's generators.
+            gathered: list[Any] = [None] * world
+            torch.distributed.all_gather_object(gathered, state)
+            return {"ranks": gathered}
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if "ranks" in state_dict:
+            rank, _ = _rank_and_world()
+            ranks = state_dict["ranks"]
+            # Resumed with fewer or more processes than it was saved with: no state is "own";
+            # rank 0's keeps the run reproducible for the ranks that existed.
+            state_dict = ranks[rank] if rank < len(ranks) else ranks[0]
         torch.set_rng_state(state_dict["torch"])
         if "cuda" in state_dict and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state_dict["cuda"])
         version, internal, gauss = state_dict["python"]
         random.setstate((version, tuple(internal), gauss))
+
+
+def _rank_and_world() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
 
 
 def _python_state() -> list:

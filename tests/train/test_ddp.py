@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 from helpers import CONFIGS, REPO
 
@@ -98,3 +99,32 @@ def quick_ddp_fit(run_dir, *options: str) -> dict:
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((run_dir / "metrics.json").read_text())
+
+
+@pytest.mark.fault(
+    "a two-process run's checkpoint, resumed",
+    "it holds every rank's random generators; each rank gets its own back, not rank 0's",
+)
+def test_each_rank_saves_and_gets_back_its_own_random_state(tmp_path, monkeypatch):
+    from docclass.train import callbacks
+
+    command = [
+        sys.executable, "-m", "docclass.cli", "fit",
+        "--config", str(CONFIGS / "tiny.yaml"), "--config", str(CONFIGS / "ddp.yaml"),
+        "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--report_after_fit", "false",
+        "--trainer.default_root_dir", str(tmp_path), "--trainer.max_epochs", "1",
+        "--trainer.callbacks+=helpers.RankRandomState",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env["PYTHONPATH"] = str(REPO / "tests")
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    state = next(v for k, v in saved["callbacks"].items() if "RandomState" in k)
+    ranks = state["ranks"]
+    # The ranks drew different amounts of randomness (see RankRandomState): so do their states.
+    assert len(ranks) == 2 and not torch.equal(ranks[0]["torch"], ranks[1]["torch"])
+    for rank in (0, 1):
+        monkeypatch.setattr(callbacks, "_rank_and_world", lambda rank=rank: (rank, 2))
+        callbacks.RandomState().load_state_dict(state)
+        assert torch.equal(torch.get_rng_state(), ranks[rank]["torch"]), rank
