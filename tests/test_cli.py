@@ -6,11 +6,12 @@ import sys
 
 import pytest
 import torch
-from helpers import CONFIGS, write_ag_news_like
+from helpers import CONFIGS, write_ag_news_like, write_jsonl
 
 from docclass.cli import DocClassCLI, main
 from docclass.data.artifact import ARTIFACT_KEY, read_artifact
 from docclass.data.datamodule import DocDataModule
+from docclass.data.synthetic import planted_keyword_corpus
 from docclass.interpret.records import read_jsonl
 from docclass.train.lit_module import DocClassifierModule
 
@@ -26,10 +27,13 @@ def test_fit_writes_metrics_figures_split_and_checkpoints(fitted):
     # Lightning's test loop and the report's word-score path read the test split separately:
     # the same documents must get the same predictions.
     records = read_jsonl(fitted / "report" / "explanations.jsonl")
-    agree = [r["label"] == r["predicted"] for r in records]
-    assert metrics["test"]["accuracy"] == pytest.approx(sum(agree) / len(agree))
-    matrix = metrics["test"]["confusion_matrix"]
-    assert sum(matrix[i][i] for i in range(5)) == sum(agree)
+    names = metrics["test"]["label_names"]
+    matrix = [[0] * len(names) for _ in names]
+    for record in records:
+        matrix[names.index(record["label"])][names.index(record["predicted"])] += 1
+    assert metrics["test"]["confusion_matrix"] == matrix
+    agree = sum(matrix[i][i] for i in range(len(names)))
+    assert metrics["test"]["accuracy"] == pytest.approx(agree / len(records))
     assert metrics["test"]["n_documents"] == 213
     assert metrics["test"]["label_names"] == [
         "business",
@@ -325,25 +329,27 @@ def test_same_seed_same_result_on_cpu(fitted, tmp_path):
 
 
 def test_bf16_mixed_precision_trains(tmp_path):
+    # A corpus a tiny model learns in seconds (one planted keyword decides the label), so a
+    # broken bf16 path shows: the tiny BBC run predicts almost one class whatever the precision.
+    corpus = tmp_path / "planted.jsonl"
+    write_jsonl(corpus, planted_keyword_corpus(100))
+    common = [
+        "--config", TINY, "--data.source", str(corpus), "--data.max_docs_per_class", "null",
+        "--data.max_tokens", "256", "--trainer.callbacks=[]", "--model.n_layers", "0",
+    ]  # fmt: skip
+    bf16 = tmp_path / "bf16"
     run_cli(
-        "fit",
-        "--config",
-        TINY,
-        "--trainer.precision",
-        "bf16-mixed",
-        "--trainer.max_epochs",
-        "1",
-        "--trainer.default_root_dir",
-        str(tmp_path),
-    )
-    metrics = json.loads((tmp_path / "metrics.json").read_text())
-    assert metrics["test"]["n_documents"] == 213
-    # The same weights evaluated in float32 classify the test split (nearly) as bf16 did: the
-    # bf16 path computes the model, not just some finite number.
+        "fit", *common, "--trainer.precision", "bf16-mixed", "--trainer.max_epochs", "6",
+        "--report_after_fit", "false", "--trainer.default_root_dir", str(bf16),
+    )  # fmt: skip
+    metrics = json.loads((bf16 / "metrics.json").read_text())
+    assert metrics["test"]["accuracy"] >= 0.9
+    # The same weights evaluated in float32 classify the test documents as bf16 did (±1).
     run_cli(
-        "test", "--config", TINY, "--ckpt_path", str(tmp_path / "checkpoints" / "last.ckpt"),
+        "test", *common, "--ckpt_path", str(bf16 / "checkpoints" / "last.ckpt"),
         "--trainer.precision", "32-true", "--trainer.default_root_dir", str(tmp_path / "fp32"),
     )  # fmt: skip
     exact = json.loads((tmp_path / "fp32" / "metrics.json").read_text())
-    assert metrics["test"]["accuracy"] == pytest.approx(exact["test"]["accuracy"], abs=0.02)
-    assert metrics["test"]["macro_f1"] == pytest.approx(exact["test"]["macro_f1"], abs=0.02)
+    pairs = zip(metrics["test"]["confusion_matrix"], exact["test"]["confusion_matrix"], strict=True)
+    differences = sum(abs(a - b) for x, y in pairs for a, b in zip(x, y, strict=True))
+    assert differences <= 2  # one document moved counts twice
