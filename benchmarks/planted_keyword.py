@@ -23,6 +23,7 @@ def planted_keyword_hits(
     n_per_class: int = 200,
     held_out_per_class: int = 30,
     epochs: int = 6,
+    seed: int = 0,
 ) -> dict:
     """Train the tiny config on the planted-keyword corpus (seconds) with each number of
     self-attention blocks, and count how often each method ranks the keyword first on
@@ -45,6 +46,7 @@ def planted_keyword_hits(
             "--data.max_tokens", "256",
             "--trainer.callbacks=[]", "--report_after_fit", "false",
             "--model.n_layers", str(blocks), "--trainer.default_root_dir", str(run_dir),
+            "--seed_everything", str(seed),
         ])  # fmt: skip
         accuracy = json.loads((run_dir / "metrics.json").read_text())["test"]["accuracy"]
         classifier = load_classifier(run_dir / "checkpoints" / "last.ckpt")
@@ -68,4 +70,4 @@ def planted_keyword_hits(
             "keyword_ranked_first": hits,
             "permuted_pool": permuted,
         }
-    return {"held_out_documents": len(held_out), "epochs": epochs, "runs": results}
+    return {"held_out_documents": len(held_out), "epochs": epochs, "seed": seed, "runs": results}
