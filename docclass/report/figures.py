@@ -56,7 +56,8 @@ def confusion_matrix_figure(
                 color="white" if value > threshold else "black",
             )
     accuracy = np.trace(matrix) / max(1, matrix.sum())
-    axes.set_title(f"{split} confusion matrix (accuracy {accuracy:.3f}, n={int(matrix.sum())})")
+    # Two lines: one line overflowed the figure when there are few classes (a narrow figure).
+    axes.set_title(f"{split} confusion matrix\naccuracy {accuracy:.3f}, n={int(matrix.sum())}")
     figure.tight_layout()
     return figure
 

@@ -313,7 +313,7 @@ def write_report(
         population=population,
         low_confidence=LOW_CONFIDENCE,
         run_metrics=_run_metrics(run_dir),
-        figures=_index_figures(records, label_names, run_dir, faithfulness, pool_heads),
+        figures=_index_figures(records, label_names, run_dir, faithfulness, pool_heads, population),
         method_help=[
             {"name": METHODS[key].label, "text": METHODS[key].help} for key in RECORD_METHODS
         ],
@@ -339,13 +339,15 @@ def _index_figures(
     run_dir: Path | None,
     faithfulness: dict[str, Any] | None,
     pool_heads: int,
+    population: dict[str, Any] | None = None,
 ) -> dict[str, str]:
     """The index's figures as PNG data URIs: confusion matrix, training curves, removal curves
     and the pool heads' attention entropy, each when its data exists."""
     figures: dict[str, str] = {}
     matrix = confusion(records, label_names)
     if matrix is not None:
-        figures["confusion"] = png_data_uri(confusion_matrix_figure(matrix, label_names, "report"))
+        shown = "shown sample" if population else "report"
+        figures["confusion"] = png_data_uri(confusion_matrix_figure(matrix, label_names, shown))
     metric_log = _metric_log(run_dir)
     if metric_log is not None:
         figures["curves"] = png_data_uri(training_curves_figure(metric_log))
