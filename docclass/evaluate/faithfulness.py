@@ -16,6 +16,7 @@ import numpy as np
 from docclass.evaluate import sanity
 from docclass.evaluate.erasure import FRACTIONS, faithfulness_table
 from docclass.interpret.explain import explain_documents
+from docclass.interpret.inputs import float32_classifier
 from docclass.interpret.integrated_gradients import add_integrated_gradients
 from docclass.train.checkpoint import TrainedClassifier
 
@@ -77,6 +78,7 @@ def faithfulness_figures(
     device: str = "cpu",
 ) -> dict[str, Any]:
     """ERASER tables per removal kind, the permuted pool, and the sample checks."""
+    classifier = float32_classifier(classifier)
     texts = list(texts)
     records = explain_documents(classifier, texts, device=device)
     figures: dict[str, Any] = {

@@ -27,6 +27,7 @@ from docclass.evaluate.erasure import FRACTIONS, aggregate_faithfulness, documen
 from docclass.evaluate.faithfulness import faithfulness_figures
 from docclass.inference.classifier import classify_texts
 from docclass.interpret.explain import explain_documents
+from docclass.interpret.inputs import float32_classifier
 from docclass.interpret.records import method_label, write_jsonl
 from docclass.metrics import classification_scores
 from docclass.report.figures import removal_curves_figure, save_png
@@ -164,6 +165,7 @@ def measure_faithfulness(
 ) -> dict[str, Any] | None:
     """Per document and method, ERASER comprehensiveness and sufficiency under masked removal
     (stored in each record's ``faithfulness``); returns their summary over documents."""
+    classifier = float32_classifier(classifier)
     for text, record in zip(texts, records, strict=True):
         figures = document_faithfulness(classifier, text, record, "mask", device=device)
         if figures:

@@ -9,6 +9,7 @@ tokens, cut to the model's ``max_tokens``, batched with documents of similar len
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -24,6 +25,13 @@ from docclass.nn.model import ClassifierOutput, DocumentClassifier
 # Inference batches close when the next document is over 25 % longer than the batch's shortest:
 # padding then stays small (BBC: 1.09× one-at-a-time speed, against 0.66× for one padded batch).
 SIMILAR_LENGTH = 0.25
+
+
+def float32_classifier(classifier):
+    """The classifier with a float32 model (itself when it already has one): converted once
+    where a pipeline starts, every per-document step below finds float32 and copies nothing."""
+    model = float32_model(classifier.model)
+    return classifier if model is classifier.model else dataclasses.replace(classifier, model=model)
 
 
 def float32_model(model: DocumentClassifier) -> DocumentClassifier:
@@ -63,7 +71,7 @@ class DocumentInput:
         """The tokens grouped into words, with character spans."""
         return align_words(self.encoding)
 
-    @property
+    @cached_property
     def token_words(self) -> np.ndarray:
         """``[T]`` int64: the word index of every token read."""
         return np.asarray(self.alignment.token_words[: len(self.token_ids)], dtype=np.int64)

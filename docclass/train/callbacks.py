@@ -22,6 +22,7 @@ import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.loggers import CSVLogger
 
+from docclass.data.streaming import process_rank
 from docclass.errors import TrainingDiverged
 from docclass.metrics import classification_scores
 
@@ -68,7 +69,7 @@ class RandomState(pl.Callback):
         state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": _python_state()}
         if torch.cuda.is_available():
             state["cuda"] = torch.cuda.get_rng_state_all()
-        rank, world = _rank_and_world()
+        rank, world = process_rank()
         if world > 1:
             # Every rank builds the checkpoint, only rank 0 writes it: without gathering, every
             # rank would resume with rank 0's generators.
@@ -79,7 +80,7 @@ class RandomState(pl.Callback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if "ranks" in state_dict:
-            rank, _ = _rank_and_world()
+            rank, _ = process_rank()
             ranks = state_dict["ranks"]
             # Resumed with fewer or more processes than it was saved with: no state is "own";
             # rank 0's keeps the run reproducible for the ranks that existed.
@@ -89,12 +90,6 @@ class RandomState(pl.Callback):
             torch.cuda.set_rng_state_all(state_dict["cuda"])
         version, internal, gauss = state_dict["python"]
         random.setstate((version, tuple(internal), gauss))
-
-
-def _rank_and_world() -> tuple[int, int]:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
 
 
 def _python_state() -> list:

@@ -125,6 +125,6 @@ def test_each_rank_saves_and_gets_back_its_own_random_state(tmp_path, monkeypatc
     # The ranks drew different amounts of randomness (see RankRandomState): so do their states.
     assert len(ranks) == 2 and not torch.equal(ranks[0]["torch"], ranks[1]["torch"])
     for rank in (0, 1):
-        monkeypatch.setattr(callbacks, "_rank_and_world", lambda rank=rank: (rank, 2))
+        monkeypatch.setattr(callbacks, "process_rank", lambda rank=rank: (rank, 2))
         callbacks.RandomState().load_state_dict(state)
         assert torch.equal(torch.get_rng_state(), ranks[rank]["torch"]), rank
