@@ -144,6 +144,10 @@ class BucketBatchSampler(BatchSampler):
         shuffle: shuffle batch order within a window.
         seed: seed for that shuffle.
         max_batch_tokens: most padded tokens per batch; None cuts by ``batch_size`` alone.
+        resume_at: ``(epoch, batches_done)`` of a run resumed mid-epoch: the first iteration
+            yields that epoch's batches from ``batches_done`` on. An init argument rather than
+            a setter because under DDP Lightning rebuilds the batch sampler from its init
+            arguments around a distributed sampler.
     """
 
     def __init__(
@@ -156,6 +160,7 @@ class BucketBatchSampler(BatchSampler):
         shuffle: bool = True,
         seed: int = 0,
         max_batch_tokens: int | None = None,
+        resume_at: tuple[int, int] | None = None,
     ) -> None:
         super().__init__(sampler, batch_size, drop_last)
         self.lengths = lengths
@@ -163,6 +168,7 @@ class BucketBatchSampler(BatchSampler):
         self.shuffle = shuffle
         self.seed = seed
         self.max_batch_tokens = max_batch_tokens
+        self.resume_at = resume_at
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -204,13 +210,22 @@ class BucketBatchSampler(BatchSampler):
         return max(counts)
 
     def __iter__(self) -> Iterator[list[int]]:
+        done = 0
+        if self.resume_at is not None:
+            # Lightning may create this iterator before it restores the epoch counter (when the
+            # optimiser set-up asks for the step count), so the epoch is set here too.
+            epoch, done = self.resume_at
+            self.resume_at = None
+            if hasattr(self.sampler, "set_epoch"):
+                self.sampler.set_epoch(epoch)
         batches = self._batches(list(self.sampler))
         # One process has nobody to wait for: no need to count the other shares.
         if self.max_batch_tokens and batches and getattr(self.sampler, "num_replicas", 1) > 1:
             wanted = self._batches_per_rank()
             while len(batches) < wanted:
                 batches += batches[: wanted - len(batches)]
-        yield from batches
+        # Lightning counts the batches done as fetched already and stops at len(self).
+        yield from batches[done:]
 
     def __len__(self) -> int:
         if self.max_batch_tokens:

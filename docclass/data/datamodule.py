@@ -170,6 +170,8 @@ class DocDataModule(pl.LightningDataModule):
         self.tokenizer = None
         self.stats: dict[str, int | str] = {}
         self._tokenized: dict[str, datasets.Dataset] = {}
+        # (epoch, batches done) of the checkpoint being resumed, when it was written mid-epoch.
+        self._resume_at: tuple[int, int] | None = None
 
     # -- sizes the model needs before training starts (linked by the CLI) -------------------
     @property
@@ -396,18 +398,43 @@ class DocDataModule(pl.LightningDataModule):
             shuffle=train,
             seed=self.seed,
             max_batch_tokens=self.max_batch_tokens if train else None,
+            resume_at=self._resume_at if train else None,
         )
+        if train:
+            self._resume_at = None  # the next loader (a later fit) starts its epoch whole
         return DataLoader(
             dataset,
             batch_sampler=batch_sampler,
             collate_fn=functools.partial(collate, pad_to_multiple=self.pad_to_multiple),
             num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
+            # A new iterator each epoch, as with no workers: each draws its seed from the global
+            # generator, so a resumed run draws at the same points as the run it continues.
+            persistent_workers=False,
             pin_memory=torch.cuda.is_available(),
         )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)
+
+    # -- where a checkpoint was written inside an epoch --------------------------------------
+    def state_dict(self) -> dict[str, int]:
+        """The epoch and the number of its batches done, when a checkpoint is written mid-epoch.
+
+        Read from the trainer's loop counters: the sampler alone cannot say how many of the
+        batches it yielded were trained on (Lightning fetches one batch ahead, workers more).
+        Empty at an epoch's end, where Lightning's own restart already starts the next epoch.
+        """
+        trainer = self.trainer
+        if trainer is None or self.stream:
+            return {}
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        if not 0 < done < trainer.num_training_batches:
+            return {}
+        return {"epoch": trainer.fit_loop.epoch_progress.current.processed, "batches_done": done}
+
+    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+        if state_dict:
+            self._resume_at = (state_dict["epoch"], state_dict["batches_done"])
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val", train=False)

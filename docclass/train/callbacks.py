@@ -63,7 +63,15 @@ class RandomState(pl.Callback):
     torch generator that dropout and word dropout draw from; without it a resumed run takes
     different random decisions from the run it continues. Saved as tensors and lists, so
     ``torch.load(weights_only=True)`` still reads the checkpoint.
+
+    A checkpoint written mid-epoch gets its state set again when training starts: resuming
+    creates the training loader's iterator once more, and that draws a seed from the global
+    generator which the uninterrupted run drew before the checkpoint was written.
     """
+
+    def __init__(self) -> None:
+        self._state: dict[str, Any] | None = None
+        self._set_again_at_train_start = False
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": _python_state()}
@@ -85,11 +93,30 @@ class RandomState(pl.Callback):
             # Resumed with fewer or more processes than it was saved with: no state is "own";
             # rank 0's keeps the run reproducible for the ranks that existed.
             state_dict = ranks[rank] if rank < len(ranks) else ranks[0]
-        torch.set_rng_state(state_dict["torch"])
-        if "cuda" in state_dict and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state_dict["cuda"])
-        version, internal, gauss = state_dict["python"]
-        random.setstate((version, tuple(internal), gauss))
+        self._state = state_dict
+        _set_generators(state_dict)
+
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        progress = checkpoint.get("loops", {}).get("fit_loop", {})
+        batches = progress.get("epoch_loop.batch_progress", {})
+        self._set_again_at_train_start = bool(
+            batches.get("current", {}).get("processed") and not batches.get("is_last_batch")
+        )
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._set_again_at_train_start and self._state is not None:
+            _set_generators(self._state)
+        self._set_again_at_train_start = False
+
+
+def _set_generators(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
 
 
 def _python_state() -> list:

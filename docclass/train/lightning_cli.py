@@ -63,6 +63,14 @@ class TrainingCLI(LightningCLI):
             "those of the whole split); null explains all",
         )
 
+        parser.add_argument(
+            "--checkpoint_every_n_steps",
+            type=int | None,
+            default=None,
+            help="also refresh checkpoints/last.ckpt every this many training steps, so a run "
+            "killed inside a long epoch resumes there (the rest of the epoch, same batches)",
+        )
+
     def _subcommand_section(self, namespace):
         """A subcommand's part of a namespace; the whole of it when run without a subcommand."""
         return namespace[self.subcommand] if self.subcommand else namespace
@@ -125,6 +133,7 @@ class TrainingCLI(LightningCLI):
                     save_top_k=1,
                     enable_version_counter=False,
                 ),
+                *_step_checkpoints(run_dir, run_config.get("checkpoint_every_n_steps")),
                 RunReport(run_config),
                 PredictionWriter(),
                 RandomState(),
@@ -149,6 +158,23 @@ class TrainingCLI(LightningCLI):
 
     def after_test(self) -> None:
         """What to do once ``metrics.json`` is written; the command line draws the figures."""
+
+
+def _step_checkpoints(run_dir: Path, every_n_steps: int | None) -> list[ModelCheckpoint]:
+    if not every_n_steps:
+        return []
+    if every_n_steps < 1:
+        raise ConfigError(f"checkpoint_every_n_steps is {every_n_steps}; give a positive number")
+    # Lightning allows one trigger per ModelCheckpoint: a second one writes the same file.
+    return [
+        ModelCheckpoint(
+            dirpath=run_dir / "checkpoints",
+            filename="last",
+            save_top_k=1,
+            every_n_train_steps=every_n_steps,
+            enable_version_counter=False,
+        )
+    ]
 
 
 def training_cli(args: Sequence[str] | None = None, run: bool = True, cli_class=TrainingCLI):
