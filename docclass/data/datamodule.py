@@ -29,6 +29,7 @@ from docclass.data.cleaning import (
     stratified_split,
     whitespace_key,
 )
+from docclass.data.pretrained import encoder_tokenizer, locate_encoder
 from docclass.data.sources import SourceSpec, load_source
 from docclass.data.streaming import StreamedBatches, open_stream, stream_sample
 from docclass.data.tokenizer import (
@@ -85,6 +86,8 @@ class DocDataModule(pl.LightningDataModule):
         max_docs_per_class: keep at most this many training documents per class (quick runs).
         tokenizer: how to train the tokenizer.
         tokenizer_from: a checkpoint whose tokenizer and labels to use instead of training new.
+        encoder: use this pre-trained encoder's own tokenizer instead of training one; the
+            command line links it from ``model.encoder``.
         max_tokens: tokens kept per document (the rest is cut and flagged); None keeps all.
         batch_size: training documents per batch.
         eval_batch_size: documents per batch for validation, test and predict.
@@ -120,6 +123,7 @@ class DocDataModule(pl.LightningDataModule):
         max_docs_per_class: int | None = None,
         tokenizer: TokenizerSpec = TokenizerSpec(),
         tokenizer_from: str | None = None,
+        encoder: str | None = None,
         max_tokens: int | None = 1024,
         batch_size: int = 32,
         eval_batch_size: int = 64,
@@ -162,6 +166,7 @@ class DocDataModule(pl.LightningDataModule):
         # A copy: the default instance is shared by every DataModule built without one.
         self.tokenizer_spec = dataclasses.replace(tokenizer)
         self.tokenizer_from = tokenizer_from
+        self.encoder = encoder
         self.max_tokens = max_tokens
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.num_workers, self.predict_split, self.seed = num_workers, predict_split, seed
@@ -203,6 +208,8 @@ class DocDataModule(pl.LightningDataModule):
         self.splits = self._split(splits)
         if artifact:
             self.tokenizer = load_tokenizer(artifact["tokenizer"])
+        elif self.encoder:
+            self.tokenizer = encoder_tokenizer(locate_encoder(self.encoder))
         elif self.stream:
             sample = stream_sample(self._stream_documents()(), self.tokenizer_documents)
             if not sample:

@@ -102,6 +102,14 @@ def _canonical_ids(tokenizer: Tokenizer) -> Tokenizer:
     return Tokenizer.from_str(json.dumps(state))
 
 
+def unknown_id(tokenizer: Tokenizer) -> int:
+    """The id of the tokenizer's unknown token: ``UNK_ID`` for a trained tokenizer, wherever a
+    pre-trained encoder's vocabulary puts it otherwise (100 in BERT's)."""
+    unk = getattr(tokenizer.model, "unk_token", None) or UNK_TOKEN
+    found = tokenizer.token_to_id(unk)
+    return UNK_ID if found is None else found
+
+
 def load_tokenizer(serialised: str) -> Tokenizer:
     """Rebuild a tokenizer from the JSON string stored in a checkpoint."""
     return Tokenizer.from_str(serialised)

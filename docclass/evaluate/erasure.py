@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from docclass.data.tokenizer import UNK_ID
+from docclass.data.tokenizer import UNK_ID, unknown_id
 from docclass.interpret.inputs import batched, document_inputs, float32_model
 from docclass.nn.model import DocumentClassifier
 
@@ -84,11 +84,13 @@ def keep_probabilities(
     removal: str = "mask",
     batch_size: int = 64,
     device: str = "cpu",
+    unk_id: int = UNK_ID,
 ) -> np.ndarray:
     """p(target) for each word-keep mask of one document, the copies run in batches.
 
     ``removal="mask"`` drops a removed word's tokens from the attention mask; ``"unk"``
-    replaces them with the unknown token (the two can differ: the model has seen neither
+    replaces them with the unknown token ``unk_id`` (the tokenizer's: a pre-trained
+    encoder's vocabulary puts it elsewhere) (the two can differ: the model has seen neither
     empty positions nor many [UNK]s in training).
     """
     if removal not in ("mask", "unk"):
@@ -106,7 +108,7 @@ def keep_probabilities(
             if removal == "mask":
                 attention = keep
             else:
-                input_ids[~keep] = UNK_ID
+                input_ids[~keep] = unk_id
             logits = model(input_ids.to(device), attention.to(device)).logits.double()
             probs[start : start + len(keep)] = torch.softmax(logits, dim=-1)[:, target].cpu()
     return probs
@@ -163,8 +165,9 @@ def document_curves(
     for ranking in rankings.values():
         masks += _curve_masks(n_words, ranking, fractions)
     flat = keep_probabilities(
-        classifier.model, ids, token_words, masks, predicted, removal, batch_size, device
-    )
+        classifier.model, ids, token_words, masks, predicted, removal, batch_size, device,
+        unknown_id(classifier.tokenizer),
+    )  # fmt: skip
     full, rest = float(flat[0]), flat[1:]
     curves, per = {}, 2 * len(fractions)
     for index, name in enumerate(rankings):

@@ -3,8 +3,13 @@
 Shape notation: B batch, T tokens, H heads, D model width, C classes, L layers.
 Mask convention: ``True`` = real token.
 
-    token ids ─► embedding + positions ─► L pre-LN encoder blocks ─► LayerNorm
+    token ids ─► embedding + positions ─► L encoder blocks ─► LayerNorm
               ─► global attention pool (H learned queries) ─► linear read-out ─► logits
+
+Blocks are pre-LayerNorm when trained from scratch (stable without warm-up tricks) or
+post-LayerNorm, the BERT layout, when a pre-trained encoder's weights are loaded into them
+(``norm="post"``: then the last block's output LayerNorm is ``final_norm``, and an embedding
+LayerNorm follows word + position vectors).
 
 Everything after the pool's softmax is linear, so each token's exact contribution to each
 class logit can be recovered from ``pool_weights`` and the value vectors.
@@ -24,6 +29,7 @@ from docclass.errors import ConfigError
 from docclass.nn.attention import SCORE_KINDS, AttentionPool, MultiHeadSelfAttention
 
 POSITION_KINDS = ("sinusoidal", "learned", "none")
+NORM_PLACEMENTS = ("pre", "post")
 
 
 @dataclass
@@ -48,6 +54,14 @@ class ModelConfig:
     positions: str = "sinusoidal"  # sinusoidal | learned | none
     max_positions: int = 4096  # longest sequence a learned position table covers
     pad_id: int = 0  # token id used for padding
+    # pre: LayerNorm before attention and feed-forward (from scratch); post: after each
+    # residual sum, as BERT-family encoders were trained (their weights need it).
+    norm: str = "pre"
+    norm_eps: float = 1e-5  # every LayerNorm's epsilon (BERT checkpoints use 1e-12)
+    embedding_norm: bool = False  # LayerNorm over word + position vectors (BERT)
+    # Multiply token vectors by sqrt(D) (from scratch: see DocumentClassifier.__init__);
+    # pre-trained embeddings were trained without it.
+    scale_embeddings: bool = True
 
     def __post_init__(self) -> None:
         problems = []
@@ -75,6 +89,8 @@ class ModelConfig:
                 problems.append(f"{name} must be in [0, 1), got {value}")
         if self.pool_score not in SCORE_KINDS:
             problems.append(f"pool_score must be one of {SCORE_KINDS}, got {self.pool_score!r}")
+        if self.norm not in NORM_PLACEMENTS:
+            problems.append(f"norm must be one of {NORM_PLACEMENTS}, got {self.norm!r}")
         if self.positions not in POSITION_KINDS:
             problems.append(f"positions must be one of {POSITION_KINDS}, got {self.positions!r}")
         if problems:
@@ -115,15 +131,25 @@ def sinusoidal_positions(length: int, width: int, device: torch.device) -> torch
 
 
 class EncoderBlock(nn.Module):
-    """Pre-LayerNorm transformer block: self-attention then feed-forward, each residual."""
+    """Transformer block: self-attention then feed-forward, each residual.
 
-    def __init__(self, config: ModelConfig) -> None:
+    Pre-LN: ``x + attn(LN(x))`` then ``x + ffn(LN(x))``. Post-LN (BERT): ``LN(x + attn(x))``
+    then ``LN(x + ffn(x))``; ``output_norm=False`` leaves the second LayerNorm to the caller
+    (the model's ``final_norm`` holds it for the last block).
+    """
+
+    def __init__(self, config: ModelConfig, output_norm: bool = True) -> None:
         super().__init__()
-        self.attn_norm = nn.LayerNorm(config.d_model)
+        self.post_norm = config.norm == "post"
+        self.attn_norm = nn.LayerNorm(config.d_model, eps=config.norm_eps)
         self.attn = MultiHeadSelfAttention(
             config.d_model, config.n_heads, config.attn_dropout, config.attention_window
         )
-        self.ffn_norm = nn.LayerNorm(config.d_model)
+        self.ffn_norm = (
+            nn.LayerNorm(config.d_model, eps=config.norm_eps)
+            if output_norm or not self.post_norm
+            else nn.Identity()
+        )
         self.ffn = nn.Sequential(
             nn.Linear(config.d_model, config.ffn_mult * config.d_model),
             nn.GELU(),
@@ -135,6 +161,10 @@ class EncoderBlock(nn.Module):
         self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``x [B,T,D]``, ``mask [B,T]`` → ``([B,T,D], [B,H,T,T] or None)``."""
+        if self.post_norm:
+            attended, weights = self.attn(x, mask, need_weights)
+            x = self.attn_norm(x + self.dropout(attended))
+            return self.ffn_norm(x + self.dropout(self.ffn(x))), weights
         attended, weights = self.attn(self.attn_norm(x), mask, need_weights)
         x = x + self.dropout(attended)
         x = x + self.dropout(self.ffn(self.ffn_norm(x)))
@@ -155,15 +185,24 @@ class DocumentClassifier(nn.Module):
         nn.init.normal_(self.embed.weight, std=config.d_model**-0.5)
         with torch.no_grad():
             self.embed.weight[config.pad_id].zero_()
-        self.embed_scale = math.sqrt(config.d_model)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
         self.position_table = (
             nn.Embedding(config.max_positions, config.d_model)
             if config.positions == "learned"
             else None
         )
+        self.embedding_norm = (
+            nn.LayerNorm(config.d_model, eps=config.norm_eps)
+            if config.embedding_norm
+            else nn.Identity()
+        )
         self.embed_dropout = nn.Dropout(config.embed_dropout)
-        self.blocks = nn.ModuleList(EncoderBlock(config) for _ in range(config.n_layers))
-        self.final_norm = nn.LayerNorm(config.d_model)
+        # Post-LN: the last block's output LayerNorm is final_norm (one norm, not two).
+        self.blocks = nn.ModuleList(
+            EncoderBlock(config, output_norm=i < config.n_layers - 1)
+            for i in range(config.n_layers)
+        )
+        self.final_norm = nn.LayerNorm(config.d_model, eps=config.norm_eps)
         self.pool = AttentionPool(config.d_model, config.pool_heads, config.pool_score)
         self.readout_dropout = nn.Dropout(config.dropout)
         self.head = nn.Linear(config.d_model, config.num_classes)
@@ -213,7 +252,7 @@ class DocumentClassifier(nn.Module):
         if self.training and self.config.word_dropout > 0:
             mask = drop_words(mask, self.config.word_dropout)
         x = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
-        x = self.embed_dropout(x)
+        x = self.embed_dropout(self.embedding_norm(x))
         layer_weights: list[torch.Tensor] | None = [] if need_layer_weights else None
         for block in self.blocks:
             x, weights = block(x, mask, need_layer_weights)

@@ -19,6 +19,7 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
 from docclass.data.artifact import read_artifact
 from docclass.data.datamodule import DocDataModule
+from docclass.data.pretrained import encoder_model_settings, locate_encoder
 from docclass.errors import ConfigError
 from docclass.train.callbacks import PredictionWriter, RandomState, RunReport, StopOnNonFiniteLoss
 from docclass.train.checkpoint import AtomicCheckpointIO
@@ -41,6 +42,8 @@ class TrainingCLI(LightningCLI):
         # The model's sizes come from the data (tokenizer vocabulary, label set): never typed twice.
         parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
         parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="instantiate")
+        # A pre-trained encoder brings its tokenizer: set once, as model.encoder.
+        parser.link_arguments("model.encoder", "data.encoder", apply_on="parse")
         parser.add_argument(
             "--test_after_fit",
             type=bool,
@@ -98,9 +101,11 @@ class TrainingCLI(LightningCLI):
             # order).
             config.data.tokenizer_from = ckpt_path
         max_tokens, max_positions = config.data.max_tokens, config.model.max_positions
-        if config.model.positions == "learned" and (
-            max_tokens is None or max_tokens > max_positions
-        ):
+        positions = config.model.positions
+        if config.model.encoder:
+            settings = encoder_model_settings(locate_encoder(config.model.encoder))
+            positions, max_positions = settings["positions"], settings["max_positions"]
+        if positions == "learned" and (max_tokens is None or max_tokens > max_positions):
             # Caught here rather than at the first long batch, minutes into training.
             raise ConfigError(
                 f"learned positions cover {max_positions} tokens but data.max_tokens is "

@@ -11,6 +11,12 @@ import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from docclass.data.artifact import ARTIFACT_KEY, FORMAT_VERSION
+from docclass.data.pretrained import (
+    encoder_model_settings,
+    encoder_state_dict,
+    is_encoder_parameter,
+    locate_encoder,
+)
 from docclass.errors import ConfigError
 from docclass.nn.model import ClassifierOutput, DocumentClassifier, ModelConfig
 
@@ -41,6 +47,14 @@ class DocClassifierModule(pl.LightningModule):
         label_smoothing: cross-entropy label smoothing.
         compile: ``torch.compile`` the network when the trainer sets the model up (GPUs; with
             ``data.pad_to_multiple`` to bound recompiles).
+        encoder: start from a pre-trained BERT-family encoder (a folder with config.json,
+            model.safetensors, tokenizer.json, or a hub id; ``minilm`` for
+            sentence-transformers/all-MiniLM-L6-v2). It fixes the width, heads, blocks and
+            positions (those arguments are then ignored), and its tokenizer replaces the
+            trained one; the attention pool and read-out start fresh.
+        encoder_lr: peak learning rate of the pre-trained part (None: ``lr``); the new pool
+            and read-out use ``lr``.
+        freeze_encoder: train only the pool and read-out.
     """
 
     def __init__(
@@ -65,6 +79,9 @@ class DocClassifierModule(pl.LightningModule):
         warmup_fraction: float = 0.1,
         label_smoothing: float = 0.0,
         compile: bool = False,
+        encoder: str | None = None,
+        encoder_lr: float | None = None,
+        freeze_encoder: bool = False,
     ) -> None:
         super().__init__()
         if lr <= 0:
@@ -78,8 +95,18 @@ class DocClassifierModule(pl.LightningModule):
         settings = {
             f.name: self.hparams[f.name] for f in fields(ModelConfig) if f.name in self.hparams
         }
+        folder = locate_encoder(encoder) if encoder else None
+        if folder is not None:
+            settings.update(encoder_model_settings(folder))
+            if vocab_size != settings["vocab_size"]:
+                raise ConfigError(
+                    f"model.vocab_size {vocab_size} differs from encoder {encoder!r}'s "
+                    f"{settings['vocab_size']}: its tokenizer must be the data's"
+                )
         self.config = ModelConfig(**settings)
         self.model = DocumentClassifier(self.config)
+        if folder is not None:
+            self._load_encoder(folder, freeze_encoder)
         self.metrics = torch.nn.ModuleDict(
             {
                 f"{stage}_{name}": metric(num_classes=num_classes, average=average)
@@ -94,6 +121,17 @@ class DocClassifierModule(pl.LightningModule):
         self.tokenizer_json: str | None = None
         self.label_names: list[str] = []
         self.max_tokens: int | None = None
+
+    def _load_encoder(self, folder, freeze: bool) -> None:
+        weights = encoder_state_dict(folder, self.config.n_layers)
+        missing, unexpected = self.model.load_state_dict(weights, strict=False)
+        fresh = [name for name in missing if is_encoder_parameter(name)]
+        if fresh or unexpected:
+            raise ConfigError(f"{folder}: encoder weights do not fit: {fresh + unexpected}")
+        if freeze:
+            for name, parameter in self.model.named_parameters():
+                if is_encoder_parameter(name):
+                    parameter.requires_grad_(False)
 
     def configure_model(self) -> None:
         # In place (nn.Module.compile): the state dict keeps its keys, so checkpoints load into
@@ -170,18 +208,28 @@ class DocClassifierModule(pl.LightningModule):
             "truncated": batch["truncated"],
         }
 
+    def parameter_groups(self) -> list[dict]:
+        """AdamW groups: pre-trained vs new parameters (their own peak rates), each split into
+        decayed weight matrices and undecayed biases and LayerNorm gains (1-D: decaying them
+        only fights the normalisation)."""
+        encoder_lr = self.hparams.encoder_lr or self.hparams.lr
+        groups: dict[tuple[bool, bool], list] = {}
+        for name, parameter in self.model.named_parameters():
+            if not parameter.requires_grad:
+                continue
+            pretrained = bool(self.hparams.encoder) and is_encoder_parameter(name)
+            groups.setdefault((pretrained, parameter.ndim >= 2), []).append(parameter)
+        return [
+            {
+                "params": params,
+                "lr": encoder_lr if pretrained else self.hparams.lr,
+                "weight_decay": self.hparams.weight_decay if decayed else 0.0,
+            }
+            for (pretrained, decayed), params in sorted(groups.items())
+        ]
+
     def configure_optimizers(self):
-        decay, no_decay = [], []
-        for parameter in self.model.parameters():
-            # Biases and LayerNorm gains are 1-D; decaying them only fights the normalisation.
-            (decay if parameter.ndim >= 2 else no_decay).append(parameter)
-        optimizer = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": self.hparams.weight_decay},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
-            lr=self.hparams.lr,
-        )
+        optimizer = torch.optim.AdamW(self.parameter_groups(), lr=self.hparams.lr)
         # Lightning answers max_steps (-1 unless set) for a training set without a length.
         estimated = self.trainer.estimated_stepping_batches
         if not math.isfinite(estimated) or estimated < 1:

@@ -22,6 +22,12 @@ def tiny_config(**overrides) -> ModelConfig:
     return ModelConfig(**{**settings, **overrides})
 
 
+# The BERT layout that pre-trained encoders are loaded into.
+POST_LN = dict(
+    norm="post", embedding_norm=True, scale_embeddings=False, positions="learned", max_positions=64
+)
+
+
 @pytest.mark.parametrize("positions", ["sinusoidal", "learned", "none"])
 def test_output_shapes(positions):
     model = DocumentClassifier(tiny_config(positions=positions)).eval()
@@ -33,8 +39,9 @@ def test_output_shapes(positions):
     assert model(ids, mask).layer_weights is None
 
 
-def test_pool_weights_are_zero_on_padding_and_sum_to_one():
-    model = DocumentClassifier(tiny_config()).eval()
+@pytest.mark.parametrize("layout", [{}, POST_LN], ids=["pre-LN", "post-LN"])
+def test_pool_weights_are_zero_on_padding_and_sum_to_one(layout):
+    model = DocumentClassifier(tiny_config(**layout)).eval()
     ids, mask = padded_batch([4, 11, 7])
     weights = model(ids, mask).pool_weights
     assert torch.all(weights.masked_select(~mask[:, None, :].expand_as(weights)) == 0)
@@ -42,10 +49,12 @@ def test_pool_weights_are_zero_on_padding_and_sum_to_one():
 
 
 @pytest.mark.parametrize(
-    ("positions", "window"), [("sinusoidal", 0), ("learned", 0), ("sinusoidal", 2)]
+    ("positions", "window", "layout"),
+    [("sinusoidal", 0, {}), ("learned", 0, {}), ("sinusoidal", 2, {}), ("learned", 0, POST_LN)],
 )
-def test_extra_padding_does_not_change_logits(positions, window):
-    model = DocumentClassifier(tiny_config(positions=positions, attention_window=window)).eval()
+def test_extra_padding_does_not_change_logits(positions, window, layout):
+    settings = {"positions": positions, "attention_window": window, **layout}
+    model = DocumentClassifier(tiny_config(**settings)).eval()
     torch.manual_seed(1)
     ids, mask = padded_batch([6, 3])
     torch.manual_seed(1)
@@ -67,10 +76,11 @@ def test_fused_and_explicit_paths_agree(window):
     )
 
 
-def test_logits_are_exact_sums_of_token_contributions():
+@pytest.mark.parametrize("layout", [{}, POST_LN], ids=["pre-LN", "post-LN"])
+def test_logits_are_exact_sums_of_token_contributions(layout):
     """The read-out is linear: logit_c = Σ_h Σ_t α_ht · w_cᵀ W_o[:, h] u_ht + bias_c, where u is
     what each token brings to its value and bias_c holds every constant no token causes."""
-    model = DocumentClassifier(tiny_config()).eval()
+    model = DocumentClassifier(tiny_config(**layout)).eval()
     ids, mask = padded_batch([7, 4])
     out = model(ids, mask)
     pool, norm = model.pool, model.final_norm
@@ -108,6 +118,26 @@ def test_constants_no_token_causes_stay_out_of_every_token_contribution():
     after = model.token_contributions(shifted.token_states, shifted.pool_weights)
     assert_close(after, before, atol=1e-5, rtol=1e-5)
     assert_close(after.sum(1) + model.contribution_bias(), shifted.logits, atol=1e-5, rtol=1e-5)
+
+
+def test_post_ln_block_is_the_bert_layout():
+    """Written out from the parameters: h = LN1(x + W_o·attn(x)), out = LN2(h + FFN(h)), with
+    the attention from PyTorch's SDPA; the last block leaves LN2 to the model's final_norm."""
+    model = DocumentClassifier(tiny_config(**POST_LN)).eval()
+    ids, mask = padded_batch([6, 3])
+    x = model.embedding_norm(model.embed_tokens(ids))
+    for index, block in enumerate(model.blocks):
+        q, k, v = (
+            part.view(2, -1, 2, 8).transpose(1, 2) for part in block.attn.qkv(x).chunk(3, -1)
+        )
+        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :])
+        attended = block.attn.out_proj(attended.transpose(1, 2).reshape(2, -1, 16))
+        h = F.layer_norm(x + attended, (16,), block.attn_norm.weight, block.attn_norm.bias, 1e-5)
+        last_norm = model.final_norm if index == len(model.blocks) - 1 else block.ffn_norm
+        x = F.layer_norm(h + block.ffn(h), (16,), last_norm.weight, last_norm.bias, 1e-5)
+    out = model(ids, mask)
+    assert_close(out.token_states[mask], x[mask], atol=1e-5, rtol=1e-5)
+    assert isinstance(model.blocks[-1].ffn_norm, torch.nn.Identity)  # no second final norm
 
 
 def test_overfits_a_small_batch():

