@@ -12,7 +12,7 @@ PIP_FLAGS := $(if $(WHEELS),--find-links $(WHEELS),)
 CHROMIUM := $(shell command -v chromium 2>/dev/null)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: demo test test-full lint format seeds report-speed report-cap classify-memory serve-load batching-speed bench long-documents planted-keyword faithfulness streaming-speed browser clean
+.PHONY: demo test test-full lint format seeds report-speed report-cap classify-memory serve-load batching-speed bench long-documents planted-keyword faithfulness streaming-speed encoder-speed corpora browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,13 @@ streaming-speed: $(STAMP)  ## the streamed training path beside the in-memory on
 report-cap: $(STAMP)  ## the after-fit report on a 70,000-document split, capped vs whole (after `make demo`)
 	$(BIN)/python -m scripts.report_cap --ckpt reports/bbc/checkpoints/last.ckpt \
 		--out reports/report-cap.json
+
+corpora: $(STAMP)  ## recommended configs vs TF-IDF+LinearSVC on BBC and ../shared/datasets, 3 seeds (long: see docs/benchmarks.md)
+	$(BIN)/python -m pip install --quiet $(PIP_FLAGS) -e ".[bench]"
+	$(BIN)/python -m scripts.corpora --seeds 0 1 2 --out reports/corpora
+
+encoder-speed: $(STAMP)  ## docclass's MiniLM beside transformers' BertForSequenceClassification, same batches (~3 min)
+	$(BIN)/python -m scripts.encoder_speed --config configs/minilm.yaml --out reports/encoder-speed.json
 
 planted-keyword: $(STAMP)  ## do the word scores find a planted deciding keyword? (~30 s)
 	$(BIN)/python -m scripts.planted_keyword --out reports/planted-keyword.json

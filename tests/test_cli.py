@@ -264,16 +264,21 @@ def instantiate(config: str, *overrides: str) -> DocClassCLI:
     )
 
 
-@pytest.mark.parametrize("name", ["bbc", "tiny", "bbc-long"])
+@pytest.mark.parametrize("name", ["bbc", "tiny", "bbc-long", "minilm"])
 def test_cpu_configs_instantiate(name, tmp_path):
     cli = instantiate(str(CONFIGS / f"{name}.yaml"), "--trainer.default_root_dir", str(tmp_path))
     assert cli.model.hparams.num_classes == 5
     assert cli.model.hparams.vocab_size == cli.datamodule.tokenizer.get_vocab_size()
+    if name == "minilm":
+        assert cli.model.config.d_model == 384 and cli.datamodule.max_tokens == 128
     if name == "bbc-long":  # whole documents, read through windowed attention
         assert cli.datamodule.max_tokens is None and cli.model.config.attention_window == 64
 
 
-@pytest.mark.parametrize("name", ["ag_news", "imdb", "yelp_review_full", "dbpedia_14"])
+HUB_CONFIGS = ["ag_news", "imdb", "yelp_review_full", "dbpedia_14"]
+
+
+@pytest.mark.parametrize("name", HUB_CONFIGS + [f"{name}-minilm" for name in HUB_CONFIGS])
 def test_hub_configs_instantiate_on_hub_shaped_local_data(name, tmp_path):
     """The GPU configs, with the hub swapped for a local folder in ag_news's layout."""
     root = write_ag_news_like(tmp_path / "data")
@@ -293,7 +298,10 @@ def test_hub_configs_instantiate_on_hub_shaped_local_data(name, tmp_path):
         str(tmp_path / "run"),
     )
     assert cli.trainer.precision == "bf16-mixed"
-    assert cli.model.hparams.num_classes == 4 and cli.model.hparams.n_layers >= 2
+    assert cli.model.hparams.num_classes == 4 and cli.model.config.n_layers >= 2
+    if name.endswith("-minilm"):  # the encoder's own tokenizer, not one trained on the data
+        assert cli.datamodule.tokenizer.get_vocab_size() == cli.model.config.vocab_size == 30522
+        assert cli.model.config.norm == "post"
 
 
 def test_console_script_help():

@@ -246,13 +246,14 @@ class MultiHeadSelfAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model)
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False
+        self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend.
 
         Args:
             x: ``[B,T,D]`` token states.
-            mask: ``[B,T]`` bool, True = real token.
+            mask: ``[B,T]`` bool, True = real token; None when every token is real (the
+                fused kernel then runs without a mask, faster on CPU).
             need_weights: also return the attention weights.
 
         Returns:
@@ -263,6 +264,11 @@ class MultiHeadSelfAttention(nn.Module):
             split_heads(part, self.n_heads) for part in self.qkv(x).chunk(3, dim=-1)
         )  # each (B, H, T, Dh)
         dropout = self.attn_dropout if self.training else 0.0
+        if mask is None:  # every position real (the caller checked): no mask, fastest kernel
+            if not (need_weights or self.window):
+                attended = F.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout)
+                return self.out_proj(merge_heads(attended)), None
+            mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
         if self.window:
             attended, weights = local_attention(
                 queries, keys, values, mask, self.window, need_weights, dropout

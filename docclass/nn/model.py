@@ -158,9 +158,9 @@ class EncoderBlock(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False
+        self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``x [B,T,D]``, ``mask [B,T]`` → ``([B,T,D], [B,H,T,T] or None)``."""
+        """``x [B,T,D]``, ``mask [B,T]`` (None: all real) → ``([B,T,D], [B,H,T,T] or None)``."""
         if self.post_norm:
             attended, weights = self.attn(x, mask, need_weights)
             x = self.attn_norm(x + self.dropout(attended))
@@ -254,8 +254,11 @@ class DocumentClassifier(nn.Module):
         x = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         x = self.embed_dropout(self.embedding_norm(x))
         layer_weights: list[torch.Tensor] | None = [] if need_layer_weights else None
+        # A batch without padding (length buckets often give one) needs no attention mask, and
+        # SDPA without one ran 1.1x faster on a 2-core CPU (make encoder-speed).
+        block_mask = None if self.blocks and bool(mask.all()) else mask
         for block in self.blocks:
-            x, weights = block(x, mask, need_layer_weights)
+            x, weights = block(x, block_mask, need_layer_weights)
             if layer_weights is not None:
                 layer_weights.append(weights)
         token_states = self.final_norm(x)

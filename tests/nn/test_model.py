@@ -226,3 +226,15 @@ def test_compile_option_compiles_in_place_and_keeps_checkpoint_keys():
     assert compiled.model._compiled_call_impl is not None
     # Checkpoints of a compiled run load into an uncompiled model: same keys, no wrapper prefix.
     assert compiled.state_dict().keys() == plain.state_dict().keys()
+
+
+@pytest.mark.parametrize("layout", [{}, POST_LN], ids=["pre-LN", "post-LN"])
+def test_batch_without_padding_takes_the_unmasked_kernel_with_the_same_result(layout):
+    model = DocumentClassifier(tiny_config(**layout)).eval()
+    ids = torch.randint(1, 50, (3, 9))
+    full = torch.ones(3, 9, dtype=torch.bool)
+    # The explicit path always masks; the fused one runs without a mask on a full batch.
+    assert_close(
+        model(ids, full).logits, model(ids, full, need_layer_weights=True).logits,
+        atol=1e-5, rtol=1e-5,
+    )  # fmt: skip

@@ -1,0 +1,131 @@
+"""docclass's recommended configs against TF-IDF + LinearSVC on several corpora, same splits.
+
+For every corpus (the embedded BBC News, each folder of ``train/val/test.jsonl`` in the
+development-corpora folder when present, and any folder given), each candidate config is
+trained under every seed in its own process; the SVM is fitted on the very split the
+DataModule made (de-duplicated, same documents). The recommended config of a corpus is the
+candidate with the best mean **validation** accuracy; its test figures are the ones reported.
+Test figures of the other candidates are kept in the JSON, never used to choose.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.anchors import tfidf_svm_anchor
+from benchmarks.seeds import run_seeds
+from docclass.train.lightning_cli import datamodule_from_config
+
+# Candidates: a name, a config, and overrides that fit it to a corpus's document length.
+CANDIDATES = {
+    "from scratch": ("configs/bbc.yaml", []),
+    "MiniLM": ("configs/minilm.yaml", []),
+}
+
+
+def corpus_overrides(source: str) -> list[str]:
+    """Point a config at a corpus: the embedded BBC needs nothing, a folder its files."""
+    if source == "bbc":
+        return []
+    return [
+        "--data.source", source, "--data.val_split", "validation",
+        "--data.text_column", "text", "--data.label_column", "label",
+    ]  # fmt: skip
+
+
+def svm_on_split(config: str, overrides: list[str]) -> dict[str, Any]:
+    """TF-IDF + LinearSVC on the split the config's DataModule makes, plus macro-F1."""
+    from sklearn.metrics import f1_score
+
+    datamodule = datamodule_from_config(config, overrides)
+    figures = tfidf_svm_anchor(datamodule)
+    figures["test_macro_f1"] = _svm_macro_f1(datamodule, f1_score)
+    figures["documents"] = {s: len(datamodule.splits[s]) for s in ("train", "val", "test")}
+    figures["classes"] = datamodule.num_classes
+    return figures
+
+
+def _svm_macro_f1(datamodule, f1_score) -> float:
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.svm import LinearSVC
+
+    train, test = datamodule.splits["train"], datamodule.splits["test"]
+    vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)
+    classifier = LinearSVC().fit(vectorizer.fit_transform(train["text"]), train["label"])
+    predicted = classifier.predict(vectorizer.transform(test["text"]))
+    return float(f1_score(test["label"], predicted, average="macro"))
+
+
+def compare_on_corpus(
+    name: str,
+    source: str,
+    seeds: list[int],
+    out: Path,
+    candidates: dict[str, tuple[str, list[str]]] = CANDIDATES,
+) -> dict[str, Any]:
+    """Every candidate under every seed, the SVM, and the candidate validation picks."""
+    data = corpus_overrides(source)
+    result: dict[str, Any] = {"source": source, "svm": svm_on_split("configs/bbc.yaml", data)}
+    result["candidates"] = {}
+    for label, (config, extra) in candidates.items():
+        started = time.perf_counter()
+        sweep = run_seeds(config, seeds, out / name / _slug(label), [*data, *extra], reuse=True)
+        sweep["wall_s"] = time.perf_counter() - started
+        result["candidates"][label] = sweep
+    chosen = max(result["candidates"], key=lambda c: result["candidates"][c]["val_acc"]["mean"])
+    result["recommended"] = chosen
+    return result
+
+
+def _slug(label: str) -> str:
+    return label.lower().replace(" ", "-")
+
+
+def development_corpora(folder: Path) -> dict[str, str]:
+    """Each sub-folder holding train/val/test JSONL, by name; empty when the folder is absent."""
+    if not folder.is_dir():
+        return {}
+    return {
+        sub.name: str(sub)
+        for sub in sorted(folder.iterdir())
+        if all((sub / f"{split}.jsonl").is_file() for split in ("train", "val", "test"))
+    }
+
+
+def corpora_markdown(figures: dict[str, Any]) -> str:
+    """The table `make corpora` writes: per corpus, SVM vs each candidate, test mean ± sd."""
+    lines = [
+        "| corpus | model | val acc | test acc | test macro-F1 | train time | chosen |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for corpus, result in figures["corpora"].items():
+        svm = result["svm"]
+        lines.append(
+            f"| {corpus} | TF-IDF + LinearSVC | {svm['val_acc']:.3f} | {svm['test_acc']:.3f} "
+            f"| {svm['test_macro_f1']:.3f} | {svm['fit_s']:.0f} s | |"
+        )
+        for label, sweep in result["candidates"].items():
+            chosen = "✔" if label == result["recommended"] else ""
+            lines.append(
+                f"| {corpus} | docclass {label} ({len(sweep['runs'])} seeds) "
+                f"| {_spread(sweep['val_acc'])} | {_spread(sweep['test_acc'])} "
+                f"| {_spread(sweep['test_macro_f1'])} | {sweep['train_time_s']['mean']:.0f} s "
+                f"| {chosen} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _spread(summary: dict[str, float]) -> str:
+    return f"{summary['mean']:.3f} ± {summary['std']:.3f}"
+
+
+def recommended_beats_svm(result: dict[str, Any]) -> dict[str, bool]:
+    """Whether the validation-chosen config is at least the SVM on test (mean over seeds)."""
+    chosen = result["candidates"][result["recommended"]]
+    svm = result["svm"]
+    return {
+        "accuracy": chosen["test_acc"]["mean"] >= svm["test_acc"],
+        "macro_f1": chosen["test_macro_f1"]["mean"] >= svm["test_macro_f1"],
+    }

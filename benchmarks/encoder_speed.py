@@ -1,0 +1,96 @@
+"""docclass's encoder against `transformers`' BertForSequenceClassification on the same MiniLM
+weights and the same batches: training and inference tokens/s, side by side in one run.
+
+What a user would otherwise run is the `transformers` model with its own [CLS] pooler and
+classifier. Both get identical padded batches (docclass's length buckets), the same AdamW
+settings and the same number of steps; rounds alternate so drift in the machine's speed hits
+both alike, and the figure kept is each side's median.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.throughput import _train_steps, load_config_datamodule
+from docclass.data.pretrained import locate_encoder
+from docclass.train.lit_module import DocClassifierModule
+
+
+def _inference_tokens_per_s(forward, batches: list[dict[str, torch.Tensor]]) -> float:
+    real = 0
+    started = time.perf_counter()
+    with torch.inference_mode():
+        for batch in batches:
+            forward(batch)
+            real += int(batch["attention_mask"].sum())
+    return real / (time.perf_counter() - started)
+
+
+def encoder_speed(
+    config_path: str | Path = "configs/minilm.yaml", steps: int = 6, rounds: int = 3
+) -> dict[str, Any]:
+    """Median training and inference real tokens/s of both implementations, and their ratio."""
+    from transformers import BertForSequenceClassification
+
+    datamodule, model_section = load_config_datamodule(config_path)
+    torch.manual_seed(0)
+    ours = DocClassifierModule(
+        **model_section, num_classes=datamodule.num_classes, vocab_size=datamodule.vocab_size
+    )
+    folder = locate_encoder(model_section["encoder"])
+    theirs = BertForSequenceClassification.from_pretrained(
+        folder, num_labels=datamodule.num_classes, attn_implementation="sdpa"
+    )
+    batches = list(datamodule.train_dataloader())[:steps]
+    smoothing = ours.hparams.label_smoothing
+
+    def our_step(batch):
+        return ours._shared_step(batch)[0]
+
+    def their_step(batch):
+        logits = theirs(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"].long()
+        ).logits
+        return F.cross_entropy(logits.float(), batch["labels"], label_smoothing=smoothing)
+
+    sides = {
+        "docclass": (our_step, ours, lambda b: ours.model(b["input_ids"], b["attention_mask"])),
+        "transformers BertForSequenceClassification": (
+            their_step,
+            theirs,
+            lambda b: theirs(input_ids=b["input_ids"], attention_mask=b["attention_mask"].long()),
+        ),
+    }
+    train: dict[str, list[float]] = {name: [] for name in sides}
+    infer: dict[str, list[float]] = {name: [] for name in sides}
+    for _ in range(rounds):
+        for name, (step, model, forward) in sides.items():
+            model.train()
+            run = _train_steps(step, list(model.parameters()), batches, torch.device("cpu"), "32")
+            train[name].append(run["real_tokens_per_s"])
+            model.eval()
+            infer[name].append(_inference_tokens_per_s(forward, batches))
+    figures: dict[str, Any] = {
+        "config": str(config_path),
+        "encoder": model_section["encoder"],
+        "threads": torch.get_num_threads(),
+        "steps_per_round": steps,
+        "rounds": rounds,
+        "tokens_per_batch": [int(b["attention_mask"].sum()) for b in batches],
+        "training_real_tokens_per_s": {n: statistics.median(v) for n, v in train.items()},
+        "inference_real_tokens_per_s": {n: statistics.median(v) for n, v in infer.items()},
+        "all_rounds": {"training": train, "inference": infer},
+    }
+    reference = "transformers BertForSequenceClassification"
+    for kind in ("training", "inference"):
+        speeds = figures[f"{kind}_real_tokens_per_s"]
+        figures[f"{kind}_ratio_docclass_over_transformers"] = round(
+            speeds["docclass"] / speeds[reference], 3
+        )
+    return figures

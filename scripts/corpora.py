@@ -1,0 +1,58 @@
+"""docclass's recommended configs against TF-IDF + LinearSVC, corpus by corpus: `make corpora`.
+
+Trains every candidate config under every seed on BBC and on each development corpus found
+(plus folders given with --folder), picks per corpus the candidate with the best validation
+accuracy, and writes reports/corpora.json and reports/corpora.md. Runs already finished in
+--runs are reused, so an interrupted sweep continues where it stopped.
+"""
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+import datasets
+
+from benchmarks.corpora import (
+    CANDIDATES,
+    compare_on_corpus,
+    corpora_markdown,
+    development_corpora,
+    recommended_beats_svm,
+)
+from docclass.train.callbacks import machine_summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--datasets", default="../shared/datasets")
+    parser.add_argument("--folder", action="append", default=[], help="another corpus folder")
+    parser.add_argument("--only", nargs="*", help="corpus names to run (default: all found)")
+    parser.add_argument("--candidates", nargs="*", choices=list(CANDIDATES))
+    parser.add_argument("--runs", default="reports/corpora-runs")
+    parser.add_argument("--out", default="reports/corpora")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    datasets.disable_progress_bars()
+    corpora = {"bbc": "bbc", **development_corpora(Path(args.datasets))}
+    if not Path(args.datasets).is_dir():
+        print(f"{args.datasets} not found: BBC and --folder corpora only")
+    corpora.update({Path(folder).name: folder for folder in args.folder})
+    if args.only:
+        corpora = {name: source for name, source in corpora.items() if name in args.only}
+    candidates = {c: CANDIDATES[c] for c in (args.candidates or CANDIDATES)}
+    figures = {"seeds": args.seeds, "machine": machine_summary(), "corpora": {}}
+    for name, source in corpora.items():
+        result = compare_on_corpus(name, source, args.seeds, Path(args.runs), candidates)
+        result["recommended_beats_svm"] = recommended_beats_svm(result)
+        figures["corpora"][name] = result
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_suffix(".json").write_text(json.dumps(figures, indent=2) + "\n")
+        out.with_suffix(".md").write_text(corpora_markdown(figures))
+        print(corpora_markdown({"corpora": {name: result}}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
