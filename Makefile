@@ -56,9 +56,10 @@ classify-memory: $(STAMP)  ## peak memory of `docclass classify` as the corpus g
 	$(BIN)/python -m scripts.classify_memory --ckpt reports/bbc/checkpoints/last.ckpt \
 		--sizes 2000 20000 200000 --out reports/classify-memory.json
 
-bench: $(STAMP)  ## docclass vs nn.TransformerEncoder, inference, anchors (after `make demo`; ~6 min)
+bench: $(STAMP)  ## docclass vs nn.TransformerEncoder and vs transformers' BERT, inference, anchors (after `make demo`; ~9 min)
 	$(BIN)/python -m pip install --quiet $(PIP_FLAGS) -e ".[bench]"
 	$(BIN)/python -m scripts.bench --ckpt reports/bbc/checkpoints/last.ckpt --out reports/bench
+	$(BIN)/python -m scripts.encoder_speed --config configs/minilm.yaml --out reports/encoder-speed.json
 
 faithfulness: $(STAMP)  ## every faithfulness figure of the BBC test split, into the demo's report (after `make demo`; ~5 min)
 	$(BIN)/docclass faithfulness --ckpt reports/bbc/checkpoints/last.ckpt \

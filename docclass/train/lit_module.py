@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import fields
 
@@ -19,6 +20,27 @@ from docclass.data.pretrained import (
 )
 from docclass.errors import ConfigError
 from docclass.nn.model import ClassifierOutput, DocumentClassifier, ModelConfig
+
+
+def _refuse_conflicts(settings: dict, fixed: dict, encoder: str) -> None:
+    """A setting the encoder fixes may be left at its default or match; any other value would
+    be silently overruled, so it is refused (vocab_size comes from the data's tokenizer)."""
+    defaults = {
+        name: parameter.default
+        for name, parameter in inspect.signature(DocClassifierModule.__init__).parameters.items()
+    }
+    for name, value in fixed.items():
+        given = settings.get(name, defaults.get(name))
+        if name in settings and given != value and given != defaults.get(name, value):
+            raise ConfigError(
+                f"model.{name} is {given} but encoder {encoder!r} has {value}; leave "
+                f"model.{name} out (the encoder fixes it)"
+            )
+        if name == "vocab_size" and given != value:
+            raise ConfigError(
+                f"model.vocab_size {given} differs from encoder {encoder!r}'s {value}: its "
+                "tokenizer must be the data's (set model.encoder, not data.tokenizer_from)"
+            )
 
 
 class DocClassifierModule(pl.LightningModule):
@@ -97,12 +119,9 @@ class DocClassifierModule(pl.LightningModule):
         }
         folder = locate_encoder(encoder) if encoder else None
         if folder is not None:
-            settings.update(encoder_model_settings(folder))
-            if vocab_size != settings["vocab_size"]:
-                raise ConfigError(
-                    f"model.vocab_size {vocab_size} differs from encoder {encoder!r}'s "
-                    f"{settings['vocab_size']}: its tokenizer must be the data's"
-                )
+            fixed = encoder_model_settings(folder)
+            _refuse_conflicts(settings, fixed, encoder)
+            settings.update(fixed)
         self.config = ModelConfig(**settings)
         self.model = DocumentClassifier(self.config)
         if folder is not None:

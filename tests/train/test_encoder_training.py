@@ -3,11 +3,13 @@ test, every word-score method, faithfulness, the report) on a tiny slice of BBC.
 
 import json
 
+import pytest
 import torch
 from helpers import CONFIGS
 
 from docclass.cli import main
 from docclass.data.pretrained import is_encoder_parameter
+from docclass.errors import ConfigError
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.records import read_jsonl
 from docclass.train.checkpoint import load_classifier
@@ -72,3 +74,12 @@ def test_minilm_run_end_to_end_on_a_tiny_slice(tmp_path):
     (short,) = explain_documents(classifier, ["Shares rose after the bank's profits doubled."])
     assert [len(layer) for layer in short["layer_maps"]] == [12] * 6
     assert len(short["layer_maps"][0][0]) == len(short["words"])
+
+
+def test_a_setting_the_encoder_fixes_is_refused_not_overruled():
+    with pytest.raises(ConfigError, match="model.d_model is 256 but encoder 'minilm' has 384"):
+        DocClassifierModule(vocab_size=MINILM_VOCAB, num_classes=3, encoder="minilm", d_model=256)
+    with pytest.raises(ConfigError, match="vocab_size 20000 differs"):
+        DocClassifierModule(vocab_size=20000, num_classes=3, encoder="minilm")
+    # Left at the default or set to the encoder's own value: accepted.
+    DocClassifierModule(vocab_size=MINILM_VOCAB, num_classes=3, encoder="minilm", n_heads=12)
