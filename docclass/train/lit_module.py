@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import fields
+from typing import Literal
 
 import lightning.pytorch as pl
 import torch
@@ -20,6 +21,20 @@ from docclass.data.pretrained import (
 )
 from docclass.errors import ConfigError
 from docclass.nn.model import ClassifierOutput, DocumentClassifier, ModelConfig
+
+
+def balanced_class_weights(datamodule) -> torch.Tensor:
+    """``n / (C · n_c)`` per class from the training split's labels (0 for an absent class)."""
+    if datamodule is None or getattr(datamodule, "stream", None):
+        raise ConfigError(
+            "model.class_weights: balanced needs the training split's class counts; a streamed "
+            "training set has none up front: use class_weights: none"
+        )
+    counts = torch.bincount(
+        torch.as_tensor(datamodule.splits["train"]["label"]), minlength=datamodule.num_classes
+    ).double()
+    weights = counts.sum() / (len(counts) * counts.clamp(min=1))
+    return torch.where(counts > 0, weights, torch.zeros_like(weights)).float()
 
 
 def _refuse_conflicts(settings: dict, fixed: dict, encoder: str) -> None:
@@ -67,6 +82,9 @@ class DocClassifierModule(pl.LightningModule):
         weight_decay: AdamW decoupled weight decay on weight matrices and embeddings.
         warmup_fraction: share of all steps spent warming the learning rate up from 0.
         label_smoothing: cross-entropy label smoothing.
+        class_weights: "balanced" weighs each class's training loss by the inverse of its
+            share of the training split (n / (C · n_c)), so rare classes count as much as common
+            ones; "none" weighs every document alike. Validation and test losses stay unweighted.
         compile: ``torch.compile`` the network when the trainer sets the model up (GPUs; with
             ``data.pad_to_multiple`` to bound recompiles).
         encoder: start from a pre-trained BERT-family encoder (a folder with config.json,
@@ -100,6 +118,7 @@ class DocClassifierModule(pl.LightningModule):
         weight_decay: float = 0.01,
         warmup_fraction: float = 0.1,
         label_smoothing: float = 0.0,
+        class_weights: Literal["none", "balanced"] = "none",
         compile: bool = False,
         encoder: str | None = None,
         encoder_lr: float | None = None,
@@ -136,6 +155,9 @@ class DocClassifierModule(pl.LightningModule):
                 )
             }
         )
+        # Per-class loss weights, computed from the training split in setup(); not saved (a
+        # resumed run computes the same ones from the same split).
+        self.register_buffer("loss_weights", None, persistent=False)
         # Filled from the DataModule in setup(), written into every checkpoint.
         self.tokenizer_json: str | None = None
         self.label_names: list[str] = []
@@ -170,16 +192,23 @@ class DocClassifierModule(pl.LightningModule):
             self.tokenizer_json = datamodule.tokenizer.to_str()
             self.label_names = list(datamodule.label_names)
             self.max_tokens = datamodule.max_tokens
+        if self.hparams.class_weights == "balanced" and stage == "fit":
+            self.loss_weights = balanced_class_weights(datamodule)
 
-    def _shared_step(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _shared_step(
+        self, batch: dict[str, torch.Tensor], weights: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         logits = self.model(batch["input_ids"], batch["attention_mask"]).logits
         loss = F.cross_entropy(
-            logits.float(), batch["labels"], label_smoothing=self.hparams.label_smoothing
+            logits.float(),
+            batch["labels"],
+            weight=weights,
+            label_smoothing=self.hparams.label_smoothing,
         )
         return loss, logits
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss, _ = self._shared_step(batch)
+        loss, _ = self._shared_step(batch, self.loss_weights)
         batch_size = len(batch["labels"])
         self.log(
             "train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=batch_size

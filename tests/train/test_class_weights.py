@@ -1,0 +1,81 @@
+"""Class-balanced training loss: rare classes weigh as much as common ones."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import CONFIGS, write_jsonl
+
+from docclass.cli import DocClassCLI
+from docclass.data.datamodule import DocDataModule
+from docclass.train.lit_module import DocClassifierModule
+
+
+def built(*overrides):
+    cli = DocClassCLI(
+        DocClassifierModule,
+        DocDataModule,
+        run=False,
+        args=["--config", str(CONFIGS / "tiny.yaml"), *overrides],
+    )
+    cli.model.trainer = cli.trainer
+    cli.trainer.datamodule = cli.datamodule
+    return cli
+
+
+def skewed_corpus(path):
+    """Three classes, 60 / 15 / 15 documents: the weights must differ."""
+    sizes = {"common": 60, "rare": 15, "scarce": 15}
+    rows = [
+        {"text": f"{label} document number {i} about {label} things", "label": label}
+        for label, size in sizes.items()
+        for i in range(size)
+    ]
+    write_jsonl(path, rows)
+    return path
+
+
+def test_balanced_weights_are_inverse_class_shares_and_reach_the_training_loss(tmp_path):
+    cli = built(
+        "--model.class_weights", "balanced", "--trainer.default_root_dir", str(tmp_path),
+        "--data.source", str(skewed_corpus(tmp_path / "skewed.jsonl")),
+        "--data.max_docs_per_class", "null",
+    )  # fmt: skip
+    module, datamodule = cli.model, cli.datamodule
+    module.setup("fit")
+    labels = torch.as_tensor(datamodule.splits["train"]["label"])
+    counts = torch.bincount(labels, minlength=datamodule.num_classes).float()
+    expected = len(labels) / (datamodule.num_classes * counts)
+    torch.testing.assert_close(module.loss_weights, expected)
+    assert expected.max() > 3 * expected.min()
+    # The loss training_step returns is the weighted one (eval mode: no dropout to differ).
+    module.eval()
+    module.log = lambda *args, **kwargs: None  # no trainer loop is running to log into
+    batch = next(iter(datamodule.train_dataloader()))
+    logits = module.model(batch["input_ids"], batch["attention_mask"]).logits
+    weighted = F.cross_entropy(
+        logits, batch["labels"], weight=expected, label_smoothing=module.hparams.label_smoothing
+    )
+    torch.testing.assert_close(module.training_step(batch, 0), weighted)
+    assert "loss_weights" not in module.state_dict()  # computed, never saved
+
+
+def test_weights_follow_a_skewed_split():
+    class Skewed:
+        stream = None
+        num_classes = 3
+        splits = {"train": {"label": [0] * 8 + [1] * 2 + [2] * 2}}
+
+    from docclass.train.lit_module import balanced_class_weights
+
+    torch.testing.assert_close(balanced_class_weights(Skewed()), torch.tensor([0.5, 2.0, 2.0]))
+
+
+def test_balanced_weights_refused_for_a_streamed_training_set():
+    from docclass.errors import ConfigError
+    from docclass.train.lit_module import balanced_class_weights
+
+    class Streamed:
+        stream = "corpus.jsonl"
+
+    with pytest.raises(ConfigError, match="streamed training set"):
+        balanced_class_weights(Streamed())
