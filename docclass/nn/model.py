@@ -262,9 +262,17 @@ class DocumentClassifier(nn.Module):
             if layer_weights is not None:
                 layer_weights.append(weights)
         token_states = self.final_norm(x)
-        pooled, pool_weights = self.pool(token_states, mask)
-        logits = self.head(self.readout_dropout(pooled))
+        logits, pool_weights = self.read_out(token_states, mask)
         return ClassifierOutput(logits, pool_weights, layer_weights, token_states)
+
+    def read_out(
+        self, token_states: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``token_states [B,T,D]`` (after ``final_norm``), ``mask [B,T]`` → ``(logits [B,C],
+        pool_weights [B,H,T])``: the attention pool and the linear read-out alone (what trains
+        on a frozen encoder's cached token states)."""
+        pooled, pool_weights = self.pool(token_states, mask)
+        return self.head(self.readout_dropout(pooled)), pool_weights
 
     def token_contributions(
         self, token_states: torch.Tensor, pool_weights: torch.Tensor

@@ -21,6 +21,7 @@ from docclass.data.pretrained import (
 )
 from docclass.errors import ConfigError
 from docclass.nn.model import ClassifierOutput, DocumentClassifier, ModelConfig
+from docclass.train.encoder_cache import EncoderStateCache
 
 
 def balanced_class_weights(datamodule) -> torch.Tensor:
@@ -95,6 +96,9 @@ class DocClassifierModule(pl.LightningModule):
         encoder_lr: peak learning rate of the pre-trained part (None: ``lr``); the new pool
             and read-out use ``lr``.
         freeze_encoder: train only the pool and read-out.
+        cache_encoder_states: with a frozen encoder, compute each document's token states once
+            and train the pool and read-out on them every epoch (the CPU path: an epoch then
+            costs almost nothing after the first).
     """
 
     def __init__(
@@ -123,6 +127,7 @@ class DocClassifierModule(pl.LightningModule):
         encoder: str | None = None,
         encoder_lr: float | None = None,
         freeze_encoder: bool = False,
+        cache_encoder_states: bool = False,
     ) -> None:
         super().__init__()
         if lr <= 0:
@@ -131,6 +136,11 @@ class DocClassifierModule(pl.LightningModule):
             raise ConfigError(f"model.warmup_fraction must be in [0, 1), got {warmup_fraction}")
         if not 0 <= label_smoothing < 1:
             raise ConfigError(f"model.label_smoothing must be in [0, 1), got {label_smoothing}")
+        if cache_encoder_states and not (encoder and freeze_encoder):
+            raise ConfigError(
+                "model.cache_encoder_states needs model.encoder and model.freeze_encoder: true "
+                "(only a frozen encoder's states stay the same between epochs)"
+            )
         self.save_hyperparameters()
         # The model's own settings are the subset of these arguments that ModelConfig names.
         settings = {
@@ -155,6 +165,7 @@ class DocClassifierModule(pl.LightningModule):
                 )
             }
         )
+        self.encoder_cache = EncoderStateCache() if cache_encoder_states else None
         # Per-class loss weights, computed from the training split in setup(); not saved (a
         # resumed run computes the same ones from the same split).
         self.register_buffer("loss_weights", None, persistent=False)
@@ -196,9 +207,16 @@ class DocClassifierModule(pl.LightningModule):
             self.loss_weights = balanced_class_weights(datamodule)
 
     def _shared_step(
-        self, batch: dict[str, torch.Tensor], weights: torch.Tensor | None = None
+        self,
+        batch: dict[str, torch.Tensor],
+        weights: torch.Tensor | None = None,
+        split: str = "train",
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = self.model(batch["input_ids"], batch["attention_mask"]).logits
+        if self.encoder_cache is not None:
+            states = self.encoder_cache.token_states(self.model, split, batch)
+            logits, _ = self.model.read_out(states, batch["attention_mask"])
+        else:
+            logits = self.model(batch["input_ids"], batch["attention_mask"]).logits
         loss = F.cross_entropy(
             logits.float(),
             batch["labels"],
@@ -225,7 +243,7 @@ class DocClassifierModule(pl.LightningModule):
         return loss
 
     def _evaluate(self, batch: dict[str, torch.Tensor], stage: str) -> dict[str, torch.Tensor]:
-        loss, logits = self._shared_step(batch)
+        loss, logits = self._shared_step(batch, split=stage)
         preds = logits.argmax(dim=-1)
         batch_size = len(batch["labels"])
         # Synced: under DDP each rank holds a shard, and EarlyStopping and metrics.json read this

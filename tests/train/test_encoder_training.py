@@ -83,3 +83,37 @@ def test_a_setting_the_encoder_fixes_is_refused_not_overruled():
         DocClassifierModule(vocab_size=20000, num_classes=3, encoder="minilm")
     # Left at the default or set to the encoder's own value: accepted.
     DocClassifierModule(vocab_size=MINILM_VOCAB, num_classes=3, encoder="minilm", n_heads=12)
+
+
+def test_cached_encoder_states_are_computed_once_and_equal_the_full_forward():
+    from docclass.data.batching import pad_token_ids
+    from docclass.train.encoder_cache import EncoderStateCache
+
+    module = DocClassifierModule(
+        vocab_size=MINILM_VOCAB, num_classes=3, encoder="minilm", freeze_encoder=True,
+        cache_encoder_states=True,
+    ).eval()  # fmt: skip
+    model = module.model
+    rows = [[2023, 2003, 1037, 3231], [1996, 2924, 2001], [7592, 2088, 3899, 2000, 2017]]
+    input_ids, mask = pad_token_ids(rows)
+    batch = {"input_ids": input_ids, "attention_mask": mask, "index": torch.tensor([4, 0, 9])}
+    calls = []
+    model.register_forward_hook(lambda *args: calls.append(1))
+    cache = EncoderStateCache()
+    states = cache.token_states(model, "train", batch)
+    with torch.no_grad():
+        full = model(input_ids, mask)
+        logits, _ = model.read_out(states, mask)
+    torch.testing.assert_close(logits, full.logits)  # same computation, nothing rounded
+    assert torch.all(states[~mask] == 0)
+    cache.token_states(model, "train", batch)
+    assert len(calls) == 2 and len(cache) == 3  # the second epoch ran no encoder (call 2: ours)
+    cache.token_states(model, "val", batch)  # the same rows of another split are other documents
+    assert len(cache) == 6
+
+
+def test_cache_without_a_frozen_encoder_is_refused():
+    with pytest.raises(ConfigError, match="cache_encoder_states needs model.encoder"):
+        DocClassifierModule(
+            vocab_size=MINILM_VOCAB, num_classes=3, encoder="minilm", cache_encoder_states=True
+        )

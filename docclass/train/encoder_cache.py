@@ -1,0 +1,57 @@
+"""A frozen encoder's token states, computed once per document and reused every epoch.
+
+With ``model.freeze_encoder`` nothing below the attention pool changes while training, so the
+encoder's output for a document is the same every time it is seen. On a CPU that output is
+nearly all of a step's cost; cached, an epoch trains only the pool and the read-out. States
+are kept per split and row (the batch's ``index``) on the CPU, in the precision they were
+computed in, so training sees exactly what inference will: BBC's 2,225 documents at 128 tokens
+and width 384 take about 440 MB in float32.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from docclass.data.batching import pad_token_ids
+from docclass.nn.model import DocumentClassifier
+
+
+class EncoderStateCache:
+    """Token states of every (split, row) seen so far, computed in eval mode without grad."""
+
+    def __init__(self) -> None:
+        self.states: dict[tuple[str, int], torch.Tensor] = {}
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+    def token_states(
+        self, model: DocumentClassifier, split: str, batch: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        """``[B,T,D]`` on the batch's device, padding rows zero."""
+        rows = batch["index"].tolist()
+        lengths = batch["attention_mask"].sum(dim=1).tolist()
+        missing = [i for i, row in enumerate(rows) if (split, row) not in self.states]
+        if missing:
+            self._compute(model, split, batch, missing, rows, lengths)
+        width = batch["input_ids"].shape[1]
+        first = self.states[(split, rows[0])]
+        states = torch.zeros(len(rows), width, model.config.d_model, dtype=first.dtype)
+        for i, row in enumerate(rows):
+            states[i, : lengths[i]] = self.states[(split, row)]
+        return states.to(batch["input_ids"].device)
+
+    def _compute(self, model, split, batch, missing, rows, lengths) -> None:
+        ids = [batch["input_ids"][i, : lengths[i]].tolist() for i in missing]
+        input_ids, mask = pad_token_ids(ids, model.config.pad_id)
+        device = batch["input_ids"].device
+        was_training = model.training
+        model.eval()  # no dropout: the cached states are the encoder's, not a noisy draw
+        try:
+            with torch.no_grad():
+                out = model(input_ids.to(device), mask.to(device))
+        finally:
+            model.train(was_training)
+        for position, i in enumerate(missing):
+            state = out.token_states[position, : lengths[i]].to("cpu")
+            self.states[(split, rows[i])] = state
