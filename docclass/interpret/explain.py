@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from docclass.interpret.inputs import DocumentInput, batched, encode_documents, float32_model
-from docclass.interpret.methods import ScoringPass, scoring_pass, token_scores
+from docclass.interpret.methods import ScoringPass, rollout_by_depth, scoring_pass, token_scores
 from docclass.interpret.records import EMPTY_DOCUMENT, compact
 from docclass.nn.attention import banded_to_dense
 from docclass.train.checkpoint import TrainedClassifier
@@ -149,9 +149,13 @@ def explain_documents(
     for indices, input_ids, mask in batched(rows, batch_size, model.config.pad_id, device):
         scoring = scoring_pass(model, input_ids, mask)
         scores = token_scores(scoring)
+        # Shallower rollouts, for the page's depth switch (the full one is a scored method).
+        depths = rollout_by_depth(scoring.layer_weights, scoring.pool_weights.mean(dim=1))[:-1]
         for row, i in enumerate(indices):
             document = documents[i]
             record = _record(document, texts[i], row, scoring, scores, classifier.label_names, bias)
+            if depths:
+                record["rollout_depths"] = [_per_word(document, flow[row]) for flow in depths]
             if all_classes:
                 record["contributions"] = {
                     name: _per_word(document, scoring.contributions[row, :, c])

@@ -77,6 +77,16 @@ def scoring_pass(
 
 def attention_rollout(layer_weights: list[torch.Tensor], pool_mean: torch.Tensor) -> torch.Tensor:
     """``pool_mean [B,T]`` carried back through every block's ``Â = ½·mean_h(A) + ½·I``."""
+    return rollout_by_depth(layer_weights, pool_mean)[-1] if layer_weights else pool_mean
+
+
+def rollout_by_depth(
+    layer_weights: list[torch.Tensor], pool_mean: torch.Tensor
+) -> list[torch.Tensor]:
+    """The rollout after each block from the top: entry ``k - 1`` is ``pool_mean [B,T]``
+    carried back through the top ``k`` blocks, so a report can show how credit spreads with
+    depth (the last entry is :func:`attention_rollout`)."""
+    depths = []
     flow = pool_mean  # (B, T)
     for weights in reversed(layer_weights):
         mixed = weights.mean(dim=1)  # (B, T, T) rows: queries; banded (B, nb, w, 3w) if windowed
@@ -85,7 +95,8 @@ def attention_rollout(layer_weights: list[torch.Tensor], pool_mean: torch.Tensor
         )
         # flow · (½A + ½I) without building the identity matrix.
         flow = 0.5 * carried + 0.5 * flow
-    return flow
+        depths.append(flow)
+    return depths
 
 
 def _predicted_contribution(scoring: ScoringPass) -> torch.Tensor:

@@ -6,7 +6,9 @@ A record (one JSON object per document, written by :func:`docclass.interpret.exp
 explain_documents`): ``id, text, words, spans`` (character spans of every word), ``words_read``,
 ``n_tokens, tokens_read, truncated, label`` (true, if known), ``predicted, probs, logits,
 contribution_bias, scores{method: [one score per word]}``; on request ``contributions{class:
-[...]}`` and, for short documents, ``layer_maps``; after measuring, ``faithfulness``. A document
+[...]}``; with more than one block ``rollout_depths`` (the rollout through the top 1, 2, …
+blocks, one score per word each; the full rollout is ``scores.rollout``); for short documents
+``layer_maps``; after measuring, ``faithfulness``. A document
 with nothing to classify gets ``predicted: null`` and ``error``.
 """
 

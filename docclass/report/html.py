@@ -181,6 +181,9 @@ def _document_page(
                 if name != "random"
             },
         }
+    depths = record.get("rollout_depths") or []
+    for depth, values in enumerate(depths, start=1):
+        scores[f"rollout_depth{depth}"] = values
     if record.get("layer_maps"):
         # Drawn by the page on <canvas>: a matplotlib figure per document, with a tick label per
         # word, took about a second each, too slow for corpora of short texts.
@@ -193,6 +196,7 @@ def _document_page(
         probs=probs,
         methods=_method_options(record, pool_heads),
         pool_heads=pool_heads,
+        rollout_depths=len(depths),
         long_view=long_view,
         bin_words=data["bins"][0][1] if data["bins"] else 0,
         pieces=_pieces(record, scores.get("attention"), signed=False),

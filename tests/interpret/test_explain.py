@@ -109,6 +109,25 @@ def test_rollout_and_gradient_times_input_match_their_definitions(window):
         assert_close(np.array(record["scores"][method]), per_word, atol=1e-5, rtol=1e-3)
 
 
+def test_rollout_by_depth_carries_the_pool_back_through_the_top_blocks_only():
+    classifier = tiny_classifier(n_layers=3)
+    text = DOCUMENTS[1]
+    (record,) = explain_documents(classifier, [text])
+    model = classifier.model
+    encoding = encode_batch(classifier.tokenizer, [text])[0]
+    ids = torch.tensor([encoding.ids])
+    with torch.no_grad():
+        out = model(ids, torch.ones_like(ids, dtype=torch.bool), need_layer_weights=True)
+    length, token_words = ids.shape[1], np.array(align_words(encoding).token_words)
+    flow = torch.eye(length)
+    assert len(record["rollout_depths"]) == 2  # top 1 and top 2 blocks; all 3 is "rollout"
+    for depth, weights in enumerate(reversed(out.layer_weights), start=1):
+        flow = flow @ (0.5 * weights[0].mean(0) + 0.5 * torch.eye(length))
+        expected = np.bincount(token_words, (out.pool_weights[0].mean(0) @ flow).numpy())
+        shown = record["rollout_depths"][depth - 1] if depth < 3 else record["scores"]["rollout"]
+        assert_close(np.array(shown), expected, atol=1e-5, rtol=1e-3)
+
+
 def test_rollout_without_self_attention_blocks_is_the_pool_attention():
     (record,) = explain_documents(tiny_classifier(n_layers=0), [DOCUMENTS[0]])
     assert record["scores"]["rollout"] == record["scores"]["attention"]

@@ -48,8 +48,8 @@ def test_minilm_run_end_to_end_on_a_tiny_slice(tmp_path):
     """Fit from MiniLM, test, and write the report: every method scores every document, the
     rollout runs through all six pre-trained blocks, and faithfulness is measured."""
     main([
-        "fit", "--config", str(CONFIGS / "tiny.yaml"), "--model.encoder", "minilm",
-        "--model.encoder_lr", "5e-5", "--data.max_tokens", "24", "--data.max_docs_per_class", "6",
+        "fit", "--config", str(CONFIGS / "minilm.yaml"),
+        "--data.max_tokens", "24", "--data.max_docs_per_class", "6",
         "--trainer.max_epochs", "1", "--report_max_documents", "6",
         "--trainer.default_root_dir", str(tmp_path),
     ])  # fmt: skip
@@ -68,6 +68,12 @@ def test_minilm_run_end_to_end_on_a_tiny_slice(tmp_path):
     faithfulness = json.loads((tmp_path / "report" / "report.json").read_text())["faithfulness"]
     assert faithfulness["documents"] == 6
     assert {"attention", "contribution", "rollout", "grad_input"} <= set(faithfulness["methods"])
+    # Every page offers the rollout through the top 1…6 of MiniLM's blocks.
+    records_with_depths = [r for r in records if len(r.get("rollout_depths", [])) == 5]
+    assert len(records_with_depths) == len(records)
+    pages = [p for p in (tmp_path / "report").rglob("*.html") if p.name != "index.html"]
+    html = pages[0].read_text()
+    assert '<select id="depth">' in html and "all 6 blocks" in html and "the top 5 blocks" in html
     # A short document's page carries every block's word-to-word attention: six blocks of
     # twelve heads, loaded back from the checkpoint alone.
     classifier = load_classifier(tmp_path / "checkpoints" / "last.ckpt")

@@ -4,6 +4,7 @@
   var methodSelect = document.getElementById("method");
   if (!methodSelect) { return; }
   var headSelect = document.getElementById("head");
+  var depthSelect = document.getElementById("depth");
   var text = document.getElementById("text");
   var help = document.getElementById("method-help");
   var words = [];
@@ -12,6 +13,7 @@
   function currentKey() {
     var key = methodSelect.value;
     if (key === "attention" && headSelect.value !== "mean") { key = "attention_head" + headSelect.value; }
+    if (key === "rollout" && depthSelect && depthSelect.value !== "all") { key = "rollout_depth" + depthSelect.value; }
     return key;
   }
   function format(value) {
@@ -101,6 +103,7 @@
     var rank = ranks(scores, read);
     var label = methodSelect.options[methodSelect.selectedIndex].text;
     if (key.indexOf("attention_head") === 0) { label = "pool attention, head " + headSelect.value; }
+    if (key.indexOf("rollout_depth") === 0) { label = "rollout through the top " + depthSelect.value + " block(s)"; }
     text.classList.toggle("signed", signed);
     words.forEach(function (word, i) {
       if (i >= read) { return; }
@@ -110,6 +113,7 @@
       word.title = label + " " + format(value) + " · rank " + rank[i] + " of " + read;
     });
     headSelect.disabled = methodSelect.value !== "attention";
+    if (depthSelect) { depthSelect.disabled = methodSelect.value !== "rollout"; }
     document.getElementById("legend-plain").hidden = signed;
     document.getElementById("legend-signed").hidden = !signed;
     help.textContent = data.help[methodSelect.value.split(":")[0]] || "";
@@ -172,6 +176,7 @@
 
   methodSelect.addEventListener("change", paint);
   headSelect.addEventListener("change", paint);
+  if (depthSelect) { depthSelect.addEventListener("change", paint); }
   paint();
   drawLayerMaps();
 })();
