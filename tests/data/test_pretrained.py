@@ -89,6 +89,10 @@ def test_its_tokenizer_pads_per_batch_not_to_128(folder):
     assert len(long.ids) == 300  # no truncation at 128 either: data.max_tokens cuts
 
 
+@pytest.mark.fault(
+    "a known encoder's weights file altered by one bit",
+    "refused with one line naming the file, its hash and the pinned one",
+)
 def test_known_encoder_with_altered_weights_is_refused(folder, tmp_path, monkeypatch):
     copy = tmp_path / "minilm"
     shutil.copytree(folder, copy)
@@ -117,6 +121,10 @@ def test_hub_download_asks_for_the_pinned_revision_and_checks_the_hash(folder, m
     ]
 
 
+@pytest.mark.fault(
+    "an encoder hub id with the hub unreachable",
+    "one line naming the id and the fix (a local folder)",
+)
 def test_unreachable_hub_id_gets_one_line_naming_the_fix(monkeypatch):
     def offline(*args, **kwargs):
         raise OSError("offline")
@@ -126,6 +134,10 @@ def test_unreachable_hub_id_gets_one_line_naming_the_fix(monkeypatch):
         locate_encoder("someone/bert-like")
 
 
+@pytest.mark.fault(
+    "an encoder folder without model.safetensors or tokenizer.json",
+    "one line naming the missing files",
+)
 def test_folder_missing_a_file_is_named(folder, tmp_path):
     copy = tmp_path / "partial"
     copy.mkdir()
@@ -134,6 +146,10 @@ def test_folder_missing_a_file_is_named(folder, tmp_path):
         locate_encoder(str(copy))
 
 
+@pytest.mark.fault(
+    "an encoder whose layout docclass's blocks cannot reproduce (ReLU)",
+    "refused with one line naming what differs",
+)
 def test_unsupported_architecture_is_refused(folder, tmp_path):
     copy = tmp_path / "other"
     shutil.copytree(folder, copy)

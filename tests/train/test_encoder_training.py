@@ -82,6 +82,10 @@ def test_minilm_run_end_to_end_on_a_tiny_slice(tmp_path):
     assert len(short["layer_maps"][0][0]) == len(short["words"])
 
 
+@pytest.mark.fault(
+    "model.d_model (or heads, blocks, vocabulary) set against the encoder's own",
+    "refused with one line naming the setting and the encoder's value, never silently overruled",
+)
 def test_a_setting_the_encoder_fixes_is_refused_not_overruled():
     with pytest.raises(ConfigError, match="model.d_model is 256 but encoder 'minilm' has 384"):
         DocClassifierModule(vocab_size=MINILM_VOCAB, num_classes=3, encoder="minilm", d_model=256)
