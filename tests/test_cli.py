@@ -271,6 +271,7 @@ def test_cpu_configs_instantiate(name, tmp_path):
     assert cli.model.hparams.vocab_size == cli.datamodule.tokenizer.get_vocab_size()
     if name == "minilm":
         assert cli.model.config.d_model == 384 and cli.datamodule.max_tokens == 128
+        assert cli.config["report_max_documents"] == 100  # its slow report is capped
     if name == "bbc-long":  # whole documents, read through windowed attention
         assert cli.datamodule.max_tokens is None and cli.model.config.attention_window == 64
 
