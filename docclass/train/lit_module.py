@@ -39,23 +39,23 @@ def balanced_class_weights(datamodule) -> torch.Tensor:
 
 
 def _refuse_conflicts(settings: dict, fixed: dict, encoder: str) -> None:
-    """A setting the encoder fixes may be left at its default or match; any other value would
-    be silently overruled, so it is refused (vocab_size comes from the data's tokenizer)."""
-    defaults = {
-        name: parameter.default
-        for name, parameter in inspect.signature(DocClassifierModule.__init__).parameters.items()
-    }
+    """A setting the encoder fixes may be left at its default or match it; any other value
+    would be silently overruled, so it is refused. vocab_size must match: it is linked from the
+    data's tokenizer, which must be the encoder's."""
+    defaults = inspect.signature(DocClassifierModule.__init__).parameters
     for name, value in fixed.items():
-        given = settings.get(name, defaults.get(name))
-        if name in settings and given != value and given != defaults.get(name, value):
-            raise ConfigError(
-                f"model.{name} is {given} but encoder {encoder!r} has {value}; leave "
-                f"model.{name} out (the encoder fixes it)"
-            )
+        if name not in settings:  # not an argument of ours (norm placement, epsilon, ...)
+            continue
+        given = settings[name]
         if name == "vocab_size" and given != value:
             raise ConfigError(
                 f"model.vocab_size {given} differs from encoder {encoder!r}'s {value}: its "
                 "tokenizer must be the data's (set model.encoder, not data.tokenizer_from)"
+            )
+        if given not in (value, defaults[name].default):
+            raise ConfigError(
+                f"model.{name} is {given} but encoder {encoder!r} has {value}; leave "
+                f"model.{name} out (the encoder fixes it)"
             )
 
 
@@ -91,8 +91,8 @@ class DocClassifierModule(pl.LightningModule):
         encoder: start from a pre-trained BERT-family encoder (a folder with config.json,
             model.safetensors, tokenizer.json, or a hub id; ``minilm`` for
             sentence-transformers/all-MiniLM-L6-v2). It fixes the width, heads, blocks and
-            positions (those arguments are then ignored), and its tokenizer replaces the
-            trained one; the attention pool and read-out start fresh.
+            positions (set to anything else, those arguments are refused), and its tokenizer
+            replaces the trained one; the attention pool and read-out start fresh.
         encoder_lr: peak learning rate of the pre-trained part (None: ``lr``); the new pool
             and read-out use ``lr``.
         freeze_encoder: train only the pool and read-out.

@@ -122,15 +122,31 @@ def test_hub_download_asks_for_the_pinned_revision_and_checks_the_hash(folder, m
 
 
 @pytest.mark.fault(
-    "an encoder hub id with the hub unreachable",
-    "one line naming the id and the fix (a local folder)",
+    "a pinned encoder's hub id with the hub unreachable and no offline copy",
+    "one line naming the id and the fixes (the offline package, or a local folder)",
 )
-def test_unreachable_hub_id_gets_one_line_naming_the_fix(monkeypatch):
+def test_unreachable_hub_gets_one_line_naming_the_fix(monkeypatch):
     def offline(*args, **kwargs):
         raise OSError("offline")
 
+    monkeypatch.setattr(pretrained, "_offline_copy", lambda known: None)
     monkeypatch.setattr("huggingface_hub.snapshot_download", offline)
-    with pytest.raises(ConfigError, match="'someone/bert-like'.*pass a folder holding"):
+    with pytest.raises(ConfigError, match="all-MiniLM-L6-v2.*not installed offline.*pass a folder"):
+        locate_encoder("minilm")
+
+
+@pytest.mark.fault(
+    "an encoder hub id docclass has not pinned",
+    "refused before any download: one line listing the pinned ids and the folder alternative",
+)
+def test_unpinned_hub_id_is_never_downloaded(monkeypatch):
+    def must_not_download(*args, **kwargs):
+        raise AssertionError("downloaded weights with no pinned hash")
+
+    monkeypatch.setattr("huggingface_hub.snapshot_download", must_not_download)
+    with pytest.raises(
+        ConfigError, match="'someone/bert-like'.*not an encoder docclass has pinned"
+    ):
         locate_encoder("someone/bert-like")
 
 
