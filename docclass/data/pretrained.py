@@ -128,7 +128,19 @@ def verify_weights(path: Path, known: KnownEncoder) -> None:
 
 def read_encoder_config(folder: Path) -> dict[str, Any]:
     """The encoder's ``config.json``, checked to be a layout docclass's blocks reproduce."""
-    config = json.loads((folder / "config.json").read_text())
+    path = folder / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+        sizes = [config[key] for key in ("hidden_size", "intermediate_size", "vocab_size")]
+        sizes += [config[k] for k in ("num_attention_heads", "num_hidden_layers")]
+        sizes.append(config["max_position_embeddings"])
+    except (ValueError, KeyError, TypeError) as error:  # JSONDecodeError is a ValueError
+        raise ConfigError(
+            f"{path}: not a BERT config.json ({type(error).__name__}: {error}); use the "
+            "encoder's own config.json"
+        ) from error
+    if not all(isinstance(size, int) and size > 0 for size in sizes):
+        raise ConfigError(f"{path}: sizes must be positive integers; use the encoder's own file")
     problems = []
     if config.get("model_type") != "bert":
         problems.append(f"model_type {config.get('model_type')!r} (only 'bert' is supported)")
@@ -139,7 +151,7 @@ def read_encoder_config(folder: Path) -> dict[str, Any]:
     if config["intermediate_size"] % config["hidden_size"]:
         problems.append("intermediate_size is not a multiple of hidden_size")
     if problems:
-        raise ConfigError(f"{folder / 'config.json'}: unsupported encoder: {'; '.join(problems)}")
+        raise ConfigError(f"{path}: unsupported encoder: {'; '.join(problems)}")
     return config
 
 

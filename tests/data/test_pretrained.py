@@ -180,3 +180,19 @@ def test_unknown_token_is_found_in_the_encoders_vocabulary(folder):
     which in BERT's vocabulary is "[unused0]"."""
     tokenizer = encoder_tokenizer(folder)
     assert unknown_id(tokenizer) == tokenizer.token_to_id("[UNK]") == 100
+
+
+@pytest.mark.fault(
+    "an encoder config.json that is not JSON, or lacks a size",
+    "one line naming the file and what is wrong with it",
+)
+@pytest.mark.parametrize(
+    ("content", "named"),
+    [("{not json", "JSONDecodeError"), ('{"model_type": "bert"}', "KeyError: 'hidden_size'")],
+)
+def test_broken_encoder_config_is_one_line(folder, tmp_path, content, named):
+    copy = tmp_path / "broken"
+    shutil.copytree(folder, copy)
+    (copy / "config.json").write_text(content)
+    with pytest.raises(ConfigError, match=f"config.json: not a BERT config.json \\({named}"):
+        encoder_model_settings(copy)
