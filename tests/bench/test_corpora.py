@@ -1,0 +1,27 @@
+"""`make corpora`'s bookkeeping: which folders are corpora, and that validation alone chooses."""
+
+from benchmarks.corpora import choose_on_validation, development_corpora, recommended_beats_svm
+
+
+def sweep(val, test, f1):
+    return {"val_acc": {"mean": val}, "test_acc": {"mean": test}, "test_macro_f1": {"mean": f1}}
+
+
+def test_the_recommended_config_is_chosen_on_validation_never_on_test():
+    candidates = {"a": sweep(0.97, 0.975, 0.975), "b": sweep(0.96, 0.99, 0.99)}
+    assert choose_on_validation(candidates) == "a"  # b's better test figure plays no part
+    result = {
+        "candidates": candidates,
+        "recommended": "a",
+        "svm": {"test_acc": 0.977, "test_macro_f1": 0.97},
+    }
+    assert recommended_beats_svm(result) == {"accuracy": False, "macro_f1": True}
+
+
+def test_only_folders_with_all_three_splits_are_corpora(tmp_path):
+    for name, files in {"whole": ("train", "val", "test"), "partial": ("train", "test")}.items():
+        (tmp_path / name).mkdir()
+        for split in files:
+            (tmp_path / name / f"{split}.jsonl").write_text("")
+    assert development_corpora(tmp_path) == {"whole": str(tmp_path / "whole")}
+    assert development_corpora(tmp_path / "absent") == {}
