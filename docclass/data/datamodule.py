@@ -344,6 +344,15 @@ class DocDataModule(pl.LightningDataModule):
             self.stats[f"{split}_truncated"] = int(sum(tokenized["truncated"]))
         return self._tokenized[split]
 
+    def training_tokens(self) -> int | None:
+        """Tokens one epoch of the training split feeds the model (after truncation, before
+        padding); None for a streamed training set, whose size is not known in advance."""
+        if self.stream:
+            return None
+        counts = self.tokenized("train")["n_tokens"]
+        limit = self.max_tokens
+        return int(sum(min(n, limit) if limit else n for n in counts))
+
     def _stream_documents(self) -> functools.partial:
         """Opens the training stream: a partial of a module-level function, so it pickles into
         DataLoader workers started with ``spawn`` (macOS, and Linux from Python 3.14)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import platform
 import random
@@ -23,7 +24,7 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.loggers import CSVLogger
 
 from docclass.data.streaming import process_rank
-from docclass.errors import TrainingDiverged
+from docclass.errors import ConfigError, TrainingDiverged
 from docclass.metrics import classification_scores
 
 log = logging.getLogger(__name__)
@@ -150,6 +151,52 @@ class StopOnNonFiniteLoss(pl.Callback):
         )
 
 
+class TrainingTokenBudget(pl.Callback):
+    """Sets the number of epochs from the corpus: enough to feed the model ``tokens`` training
+    tokens, at most ``trainer.max_epochs``.
+
+    A fixed epoch count tuned on one corpus gives a corpus of fewer or shorter documents far
+    less training; a token budget gives every corpus about the same training time. Applied at
+    ``setup``, after the training split is tokenized and before the learning-rate schedule is
+    planned from the trainer's epoch count.
+    """
+
+    def __init__(self, tokens: int) -> None:
+        if tokens < 1:
+            raise ConfigError(f"train_tokens is {tokens}; give a positive number of tokens")
+        self.tokens = tokens
+        self.plan: dict[str, int] = {}
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        if trainer.max_steps != -1:
+            raise ConfigError(
+                f"train_tokens and trainer.max_steps ({trainer.max_steps}) both set the length "
+                "of training; set one of them"
+            )
+        per_epoch = trainer.datamodule.training_tokens() if trainer.datamodule else None
+        if not per_epoch:
+            log.warning(
+                "train_tokens: the training set's size is not known (streamed); training for "
+                "trainer.max_epochs = %s",
+                trainer.max_epochs,
+            )
+            return
+        cap = trainer.max_epochs if trainer.max_epochs not in (None, -1) else math.inf
+        epochs = int(min(cap, math.ceil(self.tokens / per_epoch)))
+        trainer.fit_loop.max_epochs = epochs
+        self.plan = {"train_tokens": self.tokens, "tokens_per_epoch": per_epoch, "epochs": epochs}
+        log.info(
+            "training for %d epochs: %d tokens per epoch, budget %d tokens (train_tokens), "
+            "at most %s (trainer.max_epochs)",
+            epochs,
+            per_epoch,
+            self.tokens,
+            cap,
+        )
+
+
 class RunReport(pl.Callback):
     """Writes ``metrics.json`` (test scores and confusion matrix, final validation figures,
     times, data statistics, the config, the machine, and where the metric log is) and
@@ -218,6 +265,9 @@ class RunReport(pl.Callback):
             "test_time_s": time.perf_counter() - self._test_started,
             "epochs_trained": trainer.current_epoch,
             "global_steps": trainer.global_step,
+            "token_budget": next(
+                (c.plan for c in trainer.callbacks if isinstance(c, TrainingTokenBudget)), None
+            ),
             "data": dict(getattr(datamodule, "stats", {})),
             "config": self.run_config,
             "machine": machine_summary(),

@@ -21,7 +21,13 @@ from docclass.data.artifact import read_artifact
 from docclass.data.datamodule import DocDataModule
 from docclass.data.pretrained import encoder_model_settings, locate_encoder
 from docclass.errors import ConfigError
-from docclass.train.callbacks import PredictionWriter, RandomState, RunReport, StopOnNonFiniteLoss
+from docclass.train.callbacks import (
+    PredictionWriter,
+    RandomState,
+    RunReport,
+    StopOnNonFiniteLoss,
+    TrainingTokenBudget,
+)
 from docclass.train.checkpoint import AtomicCheckpointIO
 from docclass.train.lit_module import DocClassifierModule
 
@@ -66,6 +72,14 @@ class TrainingCLI(LightningCLI):
             "those of the whole split); null explains all",
         )
 
+        parser.add_argument(
+            "--train_tokens",
+            type=int | None,
+            default=None,
+            help="train for as many epochs as feed the model this many tokens (after "
+            "truncation), at most trainer.max_epochs: the same training time whatever the "
+            "corpus's size; null trains for trainer.max_epochs",
+        )
         parser.add_argument(
             "--checkpoint_every_n_steps",
             type=int | None,
@@ -139,6 +153,7 @@ class TrainingCLI(LightningCLI):
                     enable_version_counter=False,
                 ),
                 *_step_checkpoints(run_dir, run_config.get("checkpoint_every_n_steps")),
+                *_token_budget(run_config.get("train_tokens")),
                 RunReport(run_config),
                 PredictionWriter(),
                 RandomState(),
@@ -163,6 +178,10 @@ class TrainingCLI(LightningCLI):
 
     def after_test(self) -> None:
         """What to do once ``metrics.json`` is written; the command line draws the figures."""
+
+
+def _token_budget(tokens: int | None) -> list[TrainingTokenBudget]:
+    return [TrainingTokenBudget(tokens)] if tokens is not None else []
 
 
 def _step_checkpoints(run_dir: Path, every_n_steps: int | None) -> list[ModelCheckpoint]:
