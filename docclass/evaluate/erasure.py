@@ -1,14 +1,16 @@
 """How far to trust a word ranking: ERASER's comprehensiveness and sufficiency.
 
 Removing a word means dropping its tokens from the attention mask (the model then never sees
-it; the pool and every block skip it exactly), or, with ``removal="unk"``, replacing its
-tokens with the unknown token. AOPC averages the probability drop over the fractions of words
-removed (DeYoung et al. 2020, "ERASER").
+it; the pool and every block skip it exactly; every other token keeps its position), cutting
+them out of the text (``removal="delete"``, ERASER's own definition: later tokens move up), or
+replacing them with the unknown token (``"unk"``). AOPC averages the probability drop over the
+fractions of words removed (DeYoung et al. 2020, "ERASER").
 """
 
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -75,6 +77,9 @@ def _curve_masks(n_words: int, ranking: Sequence[int], fractions: Sequence[float
     return masks
 
 
+REMOVALS = ("mask", "unk", "delete")
+
+
 def keep_probabilities(
     model: DocumentClassifier,
     ids: torch.Tensor,
@@ -86,21 +91,41 @@ def keep_probabilities(
     device: str = "cpu",
     unk_id: int = UNK_ID,
 ) -> np.ndarray:
-    """p(target) for each word-keep mask of one document, the copies run in batches.
+    """p(target) for each word-keep mask of one document (see :func:`keep_distributions`)."""
+    return keep_distributions(model, ids, token_words, masks, removal, batch_size, device, unk_id)[
+        :, target
+    ]
 
-    ``removal="mask"`` drops a removed word's tokens from the attention mask; ``"unk"``
-    replaces them with the unknown token ``unk_id`` (the tokenizer's: a pre-trained
-    encoder's vocabulary puts it elsewhere) (the two can differ: the model has seen neither
-    empty positions nor many [UNK]s in training).
+
+def keep_distributions(
+    model: DocumentClassifier,
+    ids: torch.Tensor,
+    token_words: np.ndarray,
+    masks: Sequence[np.ndarray],
+    removal: str = "mask",
+    batch_size: int = 64,
+    device: str = "cpu",
+    unk_id: int = UNK_ID,
+) -> np.ndarray:
+    """The class distribution ``[N,C]`` for each word-keep mask of one document, the copies run
+    in batches.
+
+    ``removal="mask"`` drops a removed word's tokens from the attention mask (every kept token
+    keeps its position); ``"delete"`` cuts them out, so later tokens move up (ERASER's
+    definition: the text without those words); ``"unk"`` replaces them with the unknown token
+    ``unk_id`` (the tokenizer's: a pre-trained encoder's vocabulary puts it elsewhere). The
+    three can differ: the model has seen neither empty positions nor many [UNK]s in training.
     """
-    if removal not in ("mask", "unk"):
-        raise ValueError(f"removal must be 'mask' or 'unk', got {removal!r}")
+    if removal not in REMOVALS:
+        raise ValueError(f"removal must be one of {REMOVALS}, got {removal!r}")
     model = float32_model(model.to(device).eval())
     keeps = [mask[token_words] for mask in masks]
     with torch.inference_mode():
-        if removal == "mask" and model.config.attention_window == 0:
-            return _compacted_probabilities(model, ids, keeps, target, batch_size, device)
-        probs = np.empty(len(masks), dtype=np.float64)
+        if removal == "delete" or (removal == "mask" and model.config.attention_window == 0):
+            return _compacted_distributions(
+                model, ids, keeps, batch_size, device, keep_positions=removal == "mask"
+            )
+        rows = []
         for start in range(0, len(masks), batch_size):
             keep = torch.from_numpy(np.stack(keeps[start : start + batch_size]))
             input_ids = ids.expand(len(keep), -1).clone()
@@ -110,41 +135,43 @@ def keep_probabilities(
             else:
                 input_ids[~keep] = unk_id
             logits = model(input_ids.to(device), attention.to(device)).logits.double()
-            probs[start : start + len(keep)] = torch.softmax(logits, dim=-1)[:, target].cpu()
-    return probs
+            rows.append(torch.softmax(logits, dim=-1).cpu().numpy())
+    return np.concatenate(rows)
 
 
-def _compacted_probabilities(
+def _compacted_distributions(
     model: DocumentClassifier,
     ids: torch.Tensor,
     keeps: Sequence[np.ndarray],
-    target: int,
     batch_size: int,
     device: str,
+    keep_positions: bool,
 ) -> np.ndarray:
-    """Masked copies run with their removed tokens cut out, each kept token at its own position.
+    """Copies run with their removed tokens cut out.
 
-    With full attention a masked-out token changes nothing for any other token (it gets exactly
-    zero weight everywhere), so this gives the same probabilities as masking, from copies half
-    as long on average (sufficiency keeps 1-50 % of the words). Windowed attention cannot be
-    cut this way (cutting would bring far tokens into one window); it runs masked copies whole.
+    With ``keep_positions``, each kept token sits at its own position: with full attention a
+    masked-out token changes nothing for any other token (it gets exactly zero weight
+    everywhere), so this gives the same distribution as masking, from copies half as long on
+    average (sufficiency keeps 1-50 % of the words). Windowed attention cannot be cut this way
+    (cutting would bring far tokens into one window); it runs masked copies whole. Without
+    ``keep_positions`` the copy is the shorter text itself (deletion).
     """
     kept = [np.flatnonzero(keep) for keep in keeps]
     if any(not len(k) for k in kept):
         raise ValueError("a word-keep mask removes every token: nothing left to classify")
-    positions = model.position_vectors(len(ids), torch.device(device))
+    positions = model.position_vectors(len(ids), torch.device(device)) if keep_positions else None
     rows = [ids[k].tolist() for k in kept]
-    probs = np.empty(len(keeps), dtype=np.float64)
+    distributions = np.empty((len(keeps), model.config.num_classes), dtype=np.float64)
     for indices, input_ids, attention in batched(rows, batch_size, model.config.pad_id, device):
-        embeds = model.embed(input_ids) * model.embed_scale
+        embeds = None
         if positions is not None:
             where = torch.zeros(input_ids.shape, dtype=torch.long)
             for row, i in enumerate(indices):
                 where[row, : len(kept[i])] = torch.from_numpy(kept[i])
-            embeds = embeds + positions[where.to(device)]
+            embeds = model.embed(input_ids) * model.embed_scale + positions[where.to(device)]
         logits = model(input_ids, attention, inputs_embeds=embeds).logits.double()
-        probs[indices] = torch.softmax(logits, dim=-1)[:, target].cpu().numpy()
-    return probs
+        distributions[indices] = torch.softmax(logits, dim=-1).cpu().numpy()
+    return distributions
 
 
 def document_curves(
@@ -175,6 +202,14 @@ def document_curves(
     return curves
 
 
+def rank_words(scores: Sequence[float], seed: int) -> list[int]:
+    """Word indices by score, highest first; equal scores in a random order (``seed``), as
+    ERASER breaks ties, rather than by position, which would favour a document's opening."""
+    tie_break = np.random.default_rng(seed).random(len(scores))
+    # np.lexsort sorts by the last key first.
+    return np.lexsort((tie_break, -np.asarray(scores, dtype=np.float64))).tolist()
+
+
 def document_faithfulness(
     classifier,
     text: str,
@@ -186,16 +221,24 @@ def document_faithfulness(
 ) -> dict[str, dict[str, Any]] | None:
     """One document's AOPC comprehensiveness and sufficiency and comprehensiveness curve for
     every method of its record, and for a random ranking averaged over ``random_seeds`` seeds
-    (``"random"``). None for a document too short to rank (fewer than two words read)."""
+    (``"random"``). None for a document too short to rank (fewer than two words read).
+
+    AOPC here is ERASER's code's definition: the mean over the fractions removed (1, 5, 10, 20
+    and 50 % of the words), without the k = 0 point of the AOPC paper's formula."""
     if record.get("error") or record["words_read"] < 2:
         return None
     n_words = record["words_read"]
+    # Seeded by the text, so each document gets its own random rankings and tie-breaks (one
+    # permutation shared by every document would correlate the floor across the corpus), and
+    # the same document gets the same ones in every run.
+    document_seed = zlib.crc32(text.encode("utf-8"))
     rankings = {
-        method: np.argsort(-np.asarray(values[:n_words]), kind="stable").tolist()
+        method: rank_words(values[:n_words], document_seed)
         for method, values in record["scores"].items()
     }
     for seed in range(random_seeds):
-        rankings[f"random {seed}"] = np.random.default_rng(seed).permutation(n_words).tolist()
+        rng = np.random.default_rng([document_seed, seed])
+        rankings[f"random {seed}"] = rng.permutation(n_words).tolist()
     curves = document_curves(classifier, text, record, rankings, removal, fractions, device=device)
     grouped: dict[str, list[dict[str, list[float]]]] = {}
     for name, curve in curves.items():

@@ -15,6 +15,7 @@ import numpy as np
 
 from docclass.evaluate import sanity
 from docclass.evaluate.erasure import FRACTIONS, faithfulness_table
+from docclass.evaluate.plausibility import plausibility
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.inputs import float32_classifier
 from docclass.interpret.integrated_gradients import add_integrated_gradients
@@ -71,16 +72,20 @@ def sample_checks(
 def faithfulness_figures(
     classifier: TrainedClassifier,
     texts: Sequence[str],
-    removals: Sequence[str] = ("mask", "unk"),
+    removals: Sequence[str] = ("mask", "delete", "unk"),
     sample: int = 20,
     ig_steps: int = 32,
     permutations: int = 20,
     device: str = "cpu",
+    ids: Sequence[Any] | None = None,
+    rationales: dict[str, list[tuple[int, int]]] | None = None,
 ) -> dict[str, Any]:
-    """ERASER tables per removal kind, the permuted pool, and the sample checks."""
+    """ERASER tables per removal kind, the permuted pool, and the sample checks; with
+    ``rationales`` (evidence spans by document id, :func:`docclass.evaluate.plausibility.
+    read_rationales`), each method's plausibility too."""
     classifier = float32_classifier(classifier)
     texts = list(texts)
-    records = explain_documents(classifier, texts, device=device)
+    records = explain_documents(classifier, texts, ids, device=device)
     figures: dict[str, Any] = {
         "documents": len(texts),
         "fractions": list(FRACTIONS),
@@ -96,6 +101,8 @@ def faithfulness_figures(
             "seconds": round(time.perf_counter() - started, 1),
             "aopc": table,
         }
+    if rationales is not None:
+        figures["plausibility"] = plausibility(records, rationales)
     started = time.perf_counter()
     figures["permuted_pool"] = sanity.permuted_pool(
         classifier, texts, permutations=permutations, device=device

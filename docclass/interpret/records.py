@@ -87,6 +87,9 @@ def method_label(key: str) -> str:
     return METHODS[key].label
 
 
+REMOVAL_LABELS = {"mask": "masking", "delete": "deletion", "unk": "[UNK]"}
+
+
 def compact(values: Iterable[float]) -> list[float | None]:
     """Floats with 6 significant digits: exact enough to rank and sum, small in JSONL. A value
     that is not finite becomes None (JSON null): ``NaN`` is not JSON, and readers choke on it."""

@@ -16,6 +16,8 @@ matplotlib.use("Agg")  # no display on servers and CI
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from docclass.interpret.records import REMOVAL_LABELS  # noqa: E402
+
 
 def save_png(figure: plt.Figure, path: str | Path) -> None:
     """Write ``figure`` as a PNG file and free it."""
@@ -129,7 +131,7 @@ def removal_curves_figure(tables: dict[str, dict], fractions: Sequence[float]) -
                 continue
             style = {"color": "grey", "linestyle": "--"} if name == "random" else {}
             axis.plot([100 * f for f in fractions], row["curve"], marker="o", label=name, **style)
-        axis.set_title(f"words removed by {'masking' if removal == 'mask' else '[UNK]'}")
+        axis.set_title(f"words removed by {REMOVAL_LABELS[removal]}")
         axis.set_xlabel("% of the document's words removed, most important first")
         axis.set_ylabel("drop in p(predicted class)")
         axis.grid(alpha=0.3)

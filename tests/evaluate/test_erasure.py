@@ -48,13 +48,20 @@ def test_planted_corpus_has_one_deciding_keyword_per_document():
     assert planted_keyword_corpus(50, keywords, seed=3) == rows  # reproducible
 
 
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """The tiny config trained once on the planted-keyword corpus, no self-attention block."""
+    workdir = tmp_path_factory.mktemp("planted")
+    return planted_keyword_hits(str(workdir), block_counts=(0,), epochs=6), workdir
+
+
 @pytest.mark.fault(
     "a corpus where one planted keyword decides every label (ground truth for word scores)",
     "with no self-attention block, pool attention, contribution, rollout and gradient × "
     "input all rank the keyword first in ≥ 95 % of held-out documents",
 )
-def test_word_scores_find_the_planted_keyword(tmp_path):
-    figures = planted_keyword_hits(str(tmp_path), block_counts=(0,), epochs=6)
+def test_word_scores_find_the_planted_keyword(planted):
+    figures, _ = planted
     run = figures["runs"]["0 blocks"]
     assert run["test_accuracy"] >= 0.95
     for method in ("attention", "contribution", "rollout", "grad_input"):
@@ -63,8 +70,8 @@ def test_word_scores_find_the_planted_keyword(tmp_path):
 
 @pytest.mark.parametrize(
     ("window", "removal"),
-    [(0, "mask"), (3, "mask"), (0, "unk")],
-    ids=["cut-out copies", "windowed, masked whole", "unk"],
+    [(0, "mask"), (3, "mask"), (0, "unk"), (0, "delete"), (3, "delete")],
+    ids=["cut-out copies", "windowed, masked whole", "unk", "deleted", "windowed, deleted"],
 )
 def test_batched_curves_equal_one_forward_per_perturbed_copy(window, removal):
     from helpers import tiny_classifier
@@ -92,6 +99,10 @@ def test_batched_curves_equal_one_forward_per_perturbed_copy(window, removal):
                 keep = torch.from_numpy(mask[token_words])[None]
                 if removal == "mask":
                     logits = classifier.model(ids, keep).logits
+                elif removal == "delete":
+                    # The text without those words: later tokens take the freed positions.
+                    shorter = ids[keep][None]
+                    logits = classifier.model(shorter, torch.ones_like(shorter, dtype=bool)).logits
                 else:
                     logits = classifier.model(ids.masked_fill(~keep, UNK_ID), keep | True).logits
                 probs.append(torch.softmax(logits, -1)[0, predicted].item())
@@ -102,20 +113,71 @@ def test_batched_curves_equal_one_forward_per_perturbed_copy(window, removal):
         assert batched["rollout"][measure] == pytest.approx(expected[measure], abs=1e-5)
 
 
-def test_planted_keyword_rankings_beat_random_by_a_wide_margin(tmp_path):
+@pytest.mark.parametrize("removal", ["mask", "delete"])
+def test_planted_keyword_rankings_beat_random_by_a_wide_margin(planted, removal):
     from docclass.evaluate.erasure import faithfulness_table
     from docclass.interpret.explain import explain_documents
     from docclass.train.checkpoint import load_classifier
 
-    planted_keyword_hits(str(tmp_path), block_counts=(0,), epochs=6)
-    classifier = load_classifier(tmp_path / "blocks-0" / "checkpoints" / "last.ckpt")
+    _, workdir = planted
+    classifier = load_classifier(workdir / "blocks-0" / "checkpoints" / "last.ckpt")
     texts = [row["text"] for row in planted_keyword_corpus(5, seed=2)]
     records = explain_documents(classifier, texts)
-    table = faithfulness_table(classifier, texts, records)
+    table = faithfulness_table(classifier, texts, records, removal)
     floor = table["random"]["comprehensiveness"]
     for method in ("attention", "contribution", "grad_input"):
         assert table[method]["comprehensiveness"] > 3 * max(floor, 0.01), method
         assert table[method]["sufficiency"] < table["random"]["sufficiency"], method
+
+
+def test_report_with_rationales_scores_plausibility_and_finds_counterfactuals(planted, tmp_path):
+    import json
+
+    from docclass.cli import main
+    from docclass.data.synthetic import eraser_rationales
+
+    _, workdir = planted
+    rows = planted_keyword_corpus(4, seed=3)
+    ids = [f"doc-{i}" for i in range(len(rows))]
+    corpus, rationales = tmp_path / "held-out.jsonl", tmp_path / "rationales.jsonl"
+    corpus.write_text("".join(
+        json.dumps({"id": i, "text": r["text"], "label": r["label"]}) + "\n"
+        for i, r in zip(ids, rows, strict=True)
+    ))  # fmt: skip
+    # Two documents carry no rationale: plausibility covers the others, nothing fails.
+    annotations = eraser_rationales(rows, ids)[2:]
+    rationales.write_text("".join(json.dumps(a) + "\n" for a in annotations))
+    ckpt = str(workdir / "blocks-0" / "checkpoints" / "last.ckpt")
+    out = tmp_path / "report"
+    main(["report", "--ckpt", ckpt, "--data", str(corpus), "--split", "train",
+          "--out", str(out), "--rationales", str(rationales)])  # fmt: skip
+    meta = json.loads((out / "report.json").read_text())
+    table = meta["checks"]["plausibility"]
+    assert table["documents"] == len(rows) - 2
+    # The keyword is one word: every method that ranks it first has token F1 1 and AUPRC 1.
+    for method in ("attention", "contribution", "grad_input"):
+        assert table["methods"][method]["token_f1"] == 1.0, method
+        assert table["methods"][method]["iou_f1"] == 1.0, method
+        assert table["methods"][method]["auprc"] == 1.0, method
+    index = (out / "index.html").read_text(encoding="utf-8")
+    assert 'id="plausibility-table"' in index
+    # The default method's top word is the keyword; without it most documents change label
+    # (those of the class the filler words lean to keep theirs, and flip a few words later).
+    counterfactual = meta["checks"]["counterfactual"]
+    assert counterfactual["share"] >= 0.6 and counterfactual["median_words"] == 1
+    records = [json.loads(line) for line in (out / "explanations.jsonl").open()]
+    flipped = [(p, r) for p, r in enumerate(records) if r["counterfactual"]["k"]]
+    for position, record in flipped:
+        assert record["counterfactual"]["words"][0] == rows[position]["label"]
+        assert record["counterfactual"]["label"] != record["predicted"]
+    position = flipped[0][0]
+    page = (out / "docs" / f"doc-{position:05d}.html").read_text(encoding="utf-8")
+    assert f"removing <i>{rows[position]['label']}</i>" in page
+    main(["faithfulness", "--ckpt", ckpt, "--data", str(corpus), "--split", "train",
+          "--out", str(tmp_path / "f"), "--rationales", str(rationales), "--sample", "0",
+          "--removals", "[mask]"])  # fmt: skip
+    figures = json.loads((tmp_path / "f" / "faithfulness.json").read_text())
+    assert figures["plausibility"]["methods"] == table["methods"]
 
 
 def test_faithfulness_command_writes_table_plot_checks_and_updates_the_report(
@@ -136,7 +198,7 @@ def test_faithfulness_command_writes_table_plot_checks_and_updates_the_report(
         "--permutations", "3",
     ])  # fmt: skip
     figures = json.loads((out / "faithfulness.json").read_text())
-    assert figures["documents"] == 6 and set(figures["removal"]) == {"mask", "unk"}
+    assert figures["documents"] == 6 and set(figures["removal"]) == {"mask", "delete", "unk"}
     for table in figures["removal"].values():
         assert {"attention", "contribution", "rollout", "grad_input", "random"} <= set(
             table["aopc"]
