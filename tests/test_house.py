@@ -27,7 +27,12 @@ LAYERS = [
 # The model: torch and the standard library's plain tools only.
 NN_MAY_IMPORT = {"__future__", "math", "dataclasses", "typing", "collections", "torch"}
 # The renderer reads records: these are all of docclass it may see.
-REPORT_MAY_IMPORT = {"docclass.errors", "docclass.metrics", "docclass.interpret.records"}
+REPORT_MAY_IMPORT = {
+    "docclass.errors",
+    "docclass.metrics",
+    "docclass.interpret.records",
+    "docclass.interpret.default_method",
+}
 # Lines of a function's body, after its signature and docstring: what a reader has to follow.
 LONGEST_BODY = 60
 

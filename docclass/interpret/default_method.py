@@ -1,0 +1,76 @@
+"""Which word-score method a page shows first: the one its own faithfulness table trusts most.
+
+The rule: among the methods whose sufficiency is below the random ranking's (their top words,
+kept alone, hold the prediction better than random words do), the highest comprehensiveness;
+methods within :data:`TIE` of each other count as tied, and the cheaper one wins. Without a
+measured table, the method docclass's benchmarks found most faithful on every model is shown
+(:data:`UNMEASURED_DEFAULT`), and the reason says it was not measured here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from docclass.interpret.records import method_label
+
+# Cheapest first: pool attention is read off the forward pass; contribution multiplies the
+# token states by the read-out; rollout multiplies every block's attention; gradient × input
+# needs a backward pass; integrated gradients dozens of them.
+COST_ORDER = ("attention", "contribution", "rollout", "grad_input", "integrated_gradients")
+# Comprehensiveness values closer than this are the same figure for choosing: AOPC means over a
+# report's documents move by about this much between seeds of the random floor.
+TIE = 0.005
+UNMEASURED_DEFAULT = "contribution"
+
+
+@dataclass(frozen=True)
+class DefaultMethod:
+    """The chosen method's key and one line saying why."""
+
+    method: str
+    reason: str
+
+
+def default_method(table: dict[str, dict[str, Any]] | None, documents: int = 0) -> DefaultMethod:
+    """Choose the default method from a faithfulness table (``{method: {comprehensiveness,
+    sufficiency, ...}, "random": {...}}`` as :func:`docclass.evaluate.erasure.
+    aggregate_faithfulness` returns it). Per-head views are not candidates: one head is a part
+    of the pool's attention, not a method."""
+    candidates = {name: row for name, row in (table or {}).items() if name in COST_ORDER}
+    if not candidates or "random" not in (table or {}):
+        return DefaultMethod(
+            UNMEASURED_DEFAULT,
+            f"{method_label(UNMEASURED_DEFAULT)} is shown first: faithfulness was not measured "
+            "for this report, and it is the most faithful method in docclass's benchmarks.",
+        )
+    random = table["random"]  # type: ignore[index]
+    sufficient = {
+        name: row for name, row in candidates.items() if row["sufficiency"] < random["sufficiency"]
+    }
+    pool = sufficient or candidates
+    best = max(row["comprehensiveness"] for row in pool.values())
+    tied = [name for name, row in pool.items() if best - row["comprehensiveness"] <= TIE]
+    chosen = min(tied, key=COST_ORDER.index)
+    row = candidates[chosen]
+    where = f" on {documents} documents" if documents else ""
+    ratio = (
+        f", {row['comprehensiveness'] / random['comprehensiveness']:.1f}× random's"
+        if random["comprehensiveness"] > 1e-3
+        else ""
+    )
+    if sufficient:
+        why = (
+            f"the highest comprehensiveness ({row['comprehensiveness']:.3f}{ratio}) among the "
+            f"methods whose sufficiency is below random's ({row['sufficiency']:.3f} < "
+            f"{random['sufficiency']:.3f})"
+        )
+    else:
+        why = (
+            f"the highest comprehensiveness ({row['comprehensiveness']:.3f}{ratio}); no method's "
+            f"sufficiency was below random's ({random['sufficiency']:.3f}), so trust it less"
+        )
+    if len(tied) > 1:
+        others = ", ".join(method_label(name) for name in tied if name != chosen)
+        why += f"; tied with {others}, and cheaper"
+    return DefaultMethod(chosen, f"{method_label(chosen)} is shown first: {why}{where}.")
