@@ -27,6 +27,11 @@ def main() -> None:
     for name, run in figures["runs"].items():
         hits = ", ".join(f"{m} {v:.0%}" for m, v in run["keyword_ranked_first"].items())
         print(f"{name} (test acc {run['test_accuracy']:.3f}): keyword ranked first — {hits}")
+        for removal, chosen in run["default_method"].items():
+            print(
+                f"  default by {removal}: {chosen['method']}, keyword first in "
+                f"{chosen['keyword_ranked_first']:.0%} — {chosen['reason']}"
+            )
         permuted = run["permuted_pool"]
         print(
             f"  pool weights shuffled: median total variation "

@@ -37,3 +37,30 @@ def planted_keyword_corpus(
             )
     rng.shuffle(rows)
     return rows
+
+
+def eraser_rationales(rows: Sequence[dict], doc_ids: Sequence[str]) -> list[dict]:
+    """The planted keyword of each row as an ERASER annotation (DeYoung et al. 2020): the
+    human rationale of this corpus is known by construction. Token offsets count the text's
+    whitespace-separated words, ``end_token`` exclusive, as ERASER's files do."""
+    return [
+        {
+            "annotation_id": doc_id,
+            "classification": row["label"],
+            "evidences": [
+                [
+                    {
+                        "docid": doc_id,
+                        "start_token": row["keyword_position"],
+                        "end_token": row["keyword_position"] + 1,
+                        "start_sentence": -1,
+                        "end_sentence": -1,
+                        "text": row["label"],
+                    }
+                ]
+            ],
+            "query": "Which word decides the label?",
+            "query_type": None,
+        }
+        for row, doc_id in zip(rows, doc_ids, strict=True)
+    ]

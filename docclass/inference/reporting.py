@@ -23,9 +23,13 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 from docclass.data.datamodule import DocDataModule
 from docclass.data.sources import SourceSpec, load_source
 from docclass.errors import DataError
+from docclass.evaluate.agreement import add_agreement
+from docclass.evaluate.counterfactual import add_counterfactuals
 from docclass.evaluate.erasure import FRACTIONS, aggregate_faithfulness, document_faithfulness
 from docclass.evaluate.faithfulness import faithfulness_figures
+from docclass.evaluate.plausibility import plausibility, read_rationales
 from docclass.inference.classifier import classify_texts
+from docclass.interpret.default_method import default_method
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.inputs import float32_classifier
 from docclass.interpret.records import method_label, write_jsonl
@@ -189,10 +193,12 @@ def make_report(
     title: str = "docclass report",
     limit: int | None = None,
     batch_size: int = 16,
-    all_classes: bool = False,
+    all_classes: bool = True,
     device: str = "cpu",
     faithfulness: bool = True,
     max_documents: int | None = None,
+    counterfactuals: bool = True,
+    rationales: str | Path | None = None,
 ) -> dict[str, Any]:
     """Explain ``documents`` and write ``explanations.jsonl``, ``index.html`` and the pages.
 
@@ -203,6 +209,11 @@ def make_report(
     With ``max_documents``, a larger set is first classified whole (the fast path) and the
     report explains :func:`select_for_report`'s sample of it; its headline figures stay those of
     every document. A hub test split of 70,000 documents would otherwise take hours.
+
+    The page's default method is the one the faithfulness table trusts most
+    (:func:`docclass.interpret.default_method.default_method`); with ``counterfactuals`` each
+    document also gets the fewest of its top words (by that method) whose removal flips the
+    label. Method agreement is always measured; ``rationales`` (ERASER JSONL) adds plausibility.
 
     Returns:
         What was written and how long each stage took (also logged).
@@ -234,6 +245,10 @@ def make_report(
     explained = time.perf_counter()
     summary = measure_faithfulness(classifier, texts, records, device) if faithfulness else None
     measured = time.perf_counter()
+    checks = _record_checks(
+        classifier, texts, records, summary, counterfactuals, rationales, device
+    )
+    checked = time.perf_counter()
     write_jsonl(records, out_dir / "explanations.jsonl")
     index = write_report(
         records,
@@ -244,16 +259,44 @@ def make_report(
         run_dir=run_dir,
         faithfulness=summary,
         population=population,
+        checks=checks,
     )
     finished = time.perf_counter()
     stages = {
         "explain_s": round(explained - started, 2),
         "faithfulness_s": round(measured - explained, 2),
-        "pages_s": round(finished - measured, 2),
+        "counterfactuals_and_agreement_s": round(checked - measured, 2),
+        "pages_s": round(finished - checked, 2),
         "total_s": round(finished - started, 2),
     }
     log.info("report: %d documents, %s → %s", len(records), stages, index)
     return {"index": str(index), "documents": len(records), **stages}
+
+
+def _record_checks(
+    classifier: TrainedClassifier,
+    texts: Sequence[str],
+    records: list[dict[str, Any]],
+    faithfulness: dict[str, Any] | None,
+    counterfactuals: bool,
+    rationales: str | Path | None,
+    device: str,
+) -> dict[str, Any]:
+    """Counterfactuals by the default method, agreement between methods and, with rationales,
+    plausibility: stored in the records, summarised for the index."""
+    shown_first = default_method(
+        faithfulness["methods"] if faithfulness else None,
+        faithfulness["documents"] if faithfulness else 0,
+    )
+    return {
+        "counterfactual": add_counterfactuals(
+            classifier, texts, records, shown_first.method, device=device
+        )
+        if counterfactuals
+        else None,
+        "agreement": add_agreement(records),
+        "plausibility": plausibility(records, read_rationales(rationales)) if rationales else None,
+    }
 
 
 def run_dir_of(ckpt: str | Path) -> Path | None:
@@ -271,10 +314,12 @@ def report_command(
     label_column: str | None = "label",
     limit: PositiveInt | None = None,
     batch_size: PositiveInt = 16,
-    all_classes: bool = False,
+    all_classes: bool = True,
     device: str = "cpu",
     faithfulness: bool = True,
     max_documents: PositiveInt | None = REPORT_MAX_DOCUMENTS,
+    counterfactuals: bool = True,
+    rationales: str | None = None,
 ) -> dict[str, Any]:
     """Explain documents with a trained checkpoint and write a standalone HTML report:
     index.html, one page per document, explanations.jsonl.
@@ -289,14 +334,21 @@ def report_command(
         label_column: label column of a data file; null for unlabelled documents.
         limit: explain only the first N documents.
         batch_size: documents per forward pass.
-        all_classes: also store every word's contribution to every class (pages offer each).
+        all_classes: store every word's contribution to every class: the pages explain any
+            class and contrast two, the index contrasts confused classes (false: smaller files).
         device: cpu, cuda, cuda:1, ...
         faithfulness: measure each method's ERASER comprehensiveness per document (the pages'
             badges and the index's table); about doubles the report's time.
         max_documents: explain at most this many: every misclassified document first, then a
             sample stratified by class (all are classified for the headline figures); null
             explains every document.
+        counterfactuals: for each document, find the fewest of its top words (by the default
+            method) whose removal flips the label (up to 20 % of its words).
+        rationales: ERASER-format JSONL of human evidence spans, keyed by document id: adds
+            each method's plausibility (token F1, IOU F1, AUPRC) to the report.
     """
+    if rationales:
+        read_rationales(rationales)  # a bad file fails now, not after the explaining
     documents = load_documents(data, ckpt, split, text_column, label_column)
     summary = make_report(
         load_classifier(ckpt),
@@ -310,6 +362,8 @@ def report_command(
         device=device,
         faithfulness=faithfulness,
         max_documents=max_documents,
+        counterfactuals=counterfactuals,
+        rationales=rationales,
     )
     print(
         f"report: {summary['documents']} documents in {summary['total_s']:.1f} s "
@@ -324,11 +378,12 @@ def faithfulness_command(
     out: str,
     split: str = "test",
     limit: PositiveInt | None = None,
-    removals: list[Literal["mask", "unk"]] = ["mask", "unk"],  # noqa: B006 (read only)
+    removals: list[Literal["mask", "delete", "unk"]] = ["mask", "delete", "unk"],  # noqa: B006
     device: str = "cpu",
     sample: NonNegativeInt = 20,
     ig_steps: NonNegativeInt = 32,
     permutations: PositiveInt = 20,
+    rationales: str | None = None,
 ) -> dict[str, Any]:
     """ERASER comprehensiveness and sufficiency (AOPC over 1-50 % of the words) of every
     word-score method beside a random ranking, permuted-pool and randomised-weight sanity
@@ -341,19 +396,24 @@ def faithfulness_command(
         out: folder for faithfulness.json and .png.
         split: split to measure.
         limit: only the first N documents.
-        removals: remove words by masking their tokens out (mask), by replacing them with
-            [UNK] (unk), or both: '[mask, unk]'.
+        removals: remove words by masking their tokens out, every other token keeping its
+            position (mask); by cutting them out of the text, as ERASER does (delete); by
+            replacing them with [UNK] (unk); any of them: '[mask, delete, unk]'.
         device: cpu, cuda, ...
         sample: documents (a fixed random sample) for integrated gradients, leave-one-word-out
             and the randomised-weights check; 0 skips them.
         ig_steps: integrated-gradients steps; 0 skips them.
         permutations: pool shuffles per document.
+        rationales: ERASER-format JSONL of human evidence spans, keyed by document id: adds
+            each method's plausibility (token F1, IOU F1, AUPRC).
     """
+    evidence = read_rationales(rationales) if rationales else None
     classifier = load_classifier(ckpt)
     documents = load_documents(data, ckpt, split)
     figures = faithfulness_figures(
-        classifier, documents.texts[:limit], removals, sample, ig_steps, permutations, device
-    )
+        classifier, documents.texts[:limit], removals, sample, ig_steps, permutations, device,
+        ids=documents.ids[:limit], rationales=evidence,
+    )  # fmt: skip
     figures = {"checkpoint": str(ckpt), "data": documents.description, **figures}
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)

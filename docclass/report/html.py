@@ -20,9 +20,11 @@ from typing import Any
 import numpy as np
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
+from docclass.interpret.default_method import DefaultMethod, default_method
 from docclass.interpret.records import (
     METHODS,
     RECORD_METHODS,
+    REMOVAL_LABELS,
     SIGNED_METHODS,
     method_label,
     read_jsonl,
@@ -35,6 +37,7 @@ from docclass.report.figures import (
     removal_curves_figure,
     training_curves_figure,
 )
+from docclass.report.lexicon import class_lexicon, confusion_cells, contrastive_lexicon
 from docclass.report.summaries import (
     LOW_CONFIDENCE,
     confusion,
@@ -42,14 +45,12 @@ from docclass.report.summaries import (
     head_entropies,
     pool_heads_of,
     sentences,
-    top_words_by_class,
 )
 
 # Documents with more words than this get the minimap and the sentence view.
 LONG_DOCUMENT_WORDS = 150
 MINIMAP_BINS = 80
 TOP_SENTENCES = 8
-TOP_WORDS_MIN_DOCUMENTS = 3
 
 REPORT_META = "report.json"
 FAITHFULNESS_FILE = "faithfulness.json"
@@ -94,6 +95,8 @@ def _flags(record: dict) -> list[str]:
             flags.append("uncertain")
     if record.get("truncated"):
         flags.append("truncated")
+    if record.get("disagree"):
+        flags.append("disagree")
     return flags
 
 
@@ -102,6 +105,8 @@ def _method_options(record: dict, pool_heads: int) -> list[dict[str, str]]:
     options = [{"key": key, "label": method_label(key)} for key in RECORD_METHODS if key in scores]
     for name in record.get("contributions", {}):
         options.append({"key": f"contribution:{name}", "label": f"contribution to {name}"})
+    if len(record.get("contributions", {})) > 1:
+        options.append({"key": "contrast", "label": "why one class rather than another"})
     return options
 
 
@@ -110,7 +115,9 @@ def _bins(n_words: int) -> list[list[int]]:
     return [[start, min(start + size, n_words)] for start in range(0, n_words, size)]
 
 
-def _pieces(record: dict, scores: Sequence[float] | None, signed: bool) -> list[dict[str, Any]]:
+def _pieces(
+    record: dict, scores: Sequence[float] | None, signed: bool, label: str
+) -> list[dict[str, Any]]:
     """The text cut into gaps and words, each word with its initial shade and tooltip."""
     text, read = record["text"], record["words_read"]
     top = max((abs(s) for s in (scores or [])[:read]), default=0.0)
@@ -132,7 +139,7 @@ def _pieces(record: dict, scores: Sequence[float] | None, signed: bool) -> list[
                 unread=False,
                 neg=signed and value < 0,
                 s=f"{abs(value) / top:.3f}" if top > 0 else "0",
-                title=f"pool attention {value:.4f} · rank {rank[i]} of {read}",
+                title=f"{label} {value:.4f} · rank {rank[i]} of {read}",
             )
         pieces.append(piece)
         cursor = max(cursor, end)
@@ -147,6 +154,7 @@ def _document_page(
     pool_heads: int,
     index_href: str,
     common: dict[str, Any],
+    shown_first: DefaultMethod,
 ) -> str:
     scores = dict(record.get("scores", {}))
     for name, values in record.get("contributions", {}).items():
@@ -157,6 +165,8 @@ def _document_page(
         LONG_DOCUMENT_WORDS
     )
     data: dict[str, Any] = {
+        "logits": record.get("logits", {}),
+        "bias": record.get("contribution_bias", {}),
         "n_words": len(record["words"]),
         "words_read": record["words_read"],
         "scores": scores,
@@ -172,15 +182,7 @@ def _document_page(
             sentence = text[spans[first][0] : spans[end - 1][1]]
             data["sentences"].append([first, end, " ".join(sentence.split())[:300]])
     if record.get("faithfulness"):
-        figures = record["faithfulness"]["methods"]
-        data["faithfulness"] = {
-            "random": figures["random"]["comprehensiveness"],
-            "methods": {
-                name: {"value": row["comprehensiveness"], "beats": row.get("beats_random", False)}
-                for name, row in figures.items()
-                if name != "random"
-            },
-        }
+        data["faithfulness"] = _page_faithfulness(record["faithfulness"]["methods"])
     depths = record.get("rollout_depths") or []
     for depth, values in enumerate(depths, start=1):
         scores[f"rollout_depth{depth}"] = values
@@ -190,6 +192,8 @@ def _document_page(
         data["layer_maps"] = record["layer_maps"]
         data["map_words"] = record["words"][: record["words_read"]]
     probs = sorted(record.get("probs", {}).items(), key=lambda item: -item[1])
+    first = shown_first.method if shown_first.method in scores else "attention"
+    signed = first in SIGNED_METHODS
     return environment.get_template("document.html.j2").render(
         record={**record, "error": record.get("error"), "tokens_read": _tokens_read(record)},
         confidence=_confidence(record),
@@ -199,12 +203,29 @@ def _document_page(
         rollout_depths=len(depths),
         long_view=long_view,
         bin_words=data["bins"][0][1] if data["bins"] else 0,
-        pieces=_pieces(record, scores.get("attention"), signed=False),
-        initial_signed=False,
+        contrast_classes=list(record.get("contributions", {})),
+        runner_up=probs[1][0] if len(probs) > 1 else None,
+        method_labels={key: info.label for key, info in METHODS.items()},
+        pieces=_pieces(record, scores.get(first), signed=signed, label=method_label(first)),
+        initial_signed=signed,
+        shown_first=shown_first,
+        first_method=first,
         data=data,
         index_href=index_href,
         **common,
     )
+
+
+def _page_faithfulness(figures: dict[str, Any]) -> dict[str, Any]:
+    """A document's comprehensiveness per method beside random's, for the page's badge."""
+    return {
+        "random": figures["random"]["comprehensiveness"],
+        "methods": {
+            name: {"value": row["comprehensiveness"], "beats": row.get("beats_random", False)}
+            for name, row in figures.items()
+            if name != "random"
+        },
+    }
 
 
 def _tokens_read(record: dict) -> int:
@@ -276,6 +297,7 @@ def write_report(
     documents_dir: str = "docs",
     faithfulness: dict[str, Any] | None = None,
     population: dict[str, Any] | None = None,
+    checks: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``index.html`` and ``<documents_dir>/doc-NNNNN.html`` for every record.
 
@@ -294,6 +316,9 @@ def write_report(
         population: when the records are a sample of a larger set: that set's ``documents``,
             ``accuracy``, ``macro_f1``, ``errors`` and how the sample was drawn (``selection``);
             the headline shows these instead of the sample's own.
+        checks: summaries over the records of ``counterfactual`` (how often one exists),
+            ``agreement`` (between methods, per pair) and ``plausibility`` (against human
+            rationales), each None when not measured.
 
     Returns:
         The path of ``index.html``.
@@ -307,8 +332,11 @@ def write_report(
         "written": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
     }
     pool_heads = pool_heads_of(records)
+    measured = faithfulness or {}
+    shown_first = default_method(measured.get("methods"), measured.get("documents", 0))
+    hrefs = [f"{documents_dir}/{document_filename(p)}" for p in range(len(records))]
     for position, record in enumerate(records):
-        page = _document_page(environment, record, pool_heads, "../index.html", common)
+        page = _document_page(environment, record, pool_heads, "../index.html", common, shown_first)
         (out_dir / documents_dir / document_filename(position)).write_text(page, encoding="utf-8")
     index = environment.get_template("index.html.j2").render(
         title=title,
@@ -321,18 +349,22 @@ def write_report(
         method_help=[
             {"name": METHODS[key].label, "text": METHODS[key].help} for key in RECORD_METHODS
         ],
-        top_words=top_words_by_class(records, min_documents=TOP_WORDS_MIN_DOCUMENTS),
-        min_documents=TOP_WORDS_MIN_DOCUMENTS,
+        lexicon=class_lexicon(records, label_names, hrefs, shown_first.method),
+        contrasts=contrastive_lexicon(records, label_names, hrefs),
+        confusion_cells=confusion_cells(records, label_names, hrefs),
         label_names=label_names,
         rows=_index_rows(records, documents_dir),
         trust=_trust_section(faithfulness, out_dir),
+        shown_first=shown_first,
+        checks=_checks_section(checks or {}),
+        method_labels={key: METHODS[key].label for key in METHODS},
         **common,
     )
     (out_dir / "index.html").write_text(index, encoding="utf-8")
     # What rewrite_report needs to render the same report again from explanations.jsonl.
     meta = dict(title=title, subtitle=subtitle, label_names=label_names, run_dir=run_dir)
     meta.update(run_dir=str(run_dir) if run_dir else None, documents_dir=documents_dir)
-    meta.update(faithfulness=faithfulness, population=population)
+    meta.update(faithfulness=faithfulness, population=population, checks=checks)
     (out_dir / REPORT_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return out_dir / "index.html"
 
@@ -399,6 +431,47 @@ def rewrite_report(out_dir: str | Path) -> Path:
     return write_report(read_jsonl(out_dir / "explanations.jsonl"), out_dir, **meta)
 
 
+def _checks_section(checks: dict[str, Any]) -> dict[str, Any]:
+    """Counterfactual, agreement and plausibility summaries as strings for the index."""
+    section: dict[str, Any] = {}
+    counterfactual = checks.get("counterfactual")
+    if counterfactual and counterfactual["documents"]:
+        section["counterfactual"] = {
+            "method": method_label(counterfactual["method"]),
+            "percent": f"{100 * counterfactual['share']:.0f} %",
+            "flipped": counterfactual["flipped"],
+            "documents": counterfactual["documents"],
+            "fraction": f"{100 * counterfactual['max_fraction']:.0f} %",
+            "median": counterfactual["median_words"],
+        }
+    agreement = checks.get("agreement")
+    if agreement and agreement["documents"]:
+        section["agreement"] = {
+            "documents": agreement["documents"],
+            "rows": [
+                (
+                    " · ".join(method_label(name) for name in pair.split("|")),
+                    f"{values['tau']['mean']:.2f} ± {values['tau']['std']:.2f}",
+                    f"{values['top10']['mean']:.2f}",
+                )
+                for pair, values in agreement["pairs"].items()
+            ],
+        }
+    plausible = checks.get("plausibility")
+    if plausible and plausible["methods"]:
+        section["plausibility"] = {
+            "documents": plausible["documents"],
+            "rows": [
+                (method_label(name), f"{row['token_f1']:.3f}", f"{row['iou_f1']:.3f}",
+                 f"{row['auprc']:.3f}")
+                for name, row in sorted(
+                    plausible["methods"].items(), key=lambda kv: -kv[1]["auprc"]
+                )
+            ],
+        }  # fmt: skip
+    return section
+
+
 def _ratio(value: float, floor: float) -> str:
     return f"{value / floor:.1f}×" if floor > 1e-3 else "—"
 
@@ -448,9 +521,7 @@ def _extra_rows(figures: dict[str, Any]) -> dict[str, Any]:
                     f"{row['sufficiency']:.3f}",
                 )
             )
-        extra["removal"].append(
-            {"removal": "masking" if removal == "mask" else "[UNK]", "rows": rows}
-        )
+        extra["removal"].append({"removal": REMOVAL_LABELS[removal], "rows": rows})
     sample = figures.get("sample")
     if sample:
         rank = sample.get("kendall_tau_vs_leave_one_out", {})

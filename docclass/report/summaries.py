@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -52,53 +50,6 @@ def document_order(records: Sequence[dict]) -> list[int]:
 def word_key(word: str) -> str:
     """How a word is counted across documents: case-folded."""
     return word.casefold()
-
-
-def top_words_by_class(
-    records: Sequence[dict],
-    method: str = "attention",
-    k: int = 15,
-    min_documents: int = 3,
-) -> dict[str, list[dict[str, Any]]]:
-    """Per predicted class, the words the model attended to most *per occurrence*.
-
-    Each occurrence of a word scores its weight × the number of words the model read, i.e.
-    its weight relative to a uniform spread (1.0 = average). Averaging that lift over
-    occurrences, rather than summing weights, keeps frequent words like "the" from winning by
-    count alone; a word must appear in ``min_documents`` documents of the class to be listed.
-    Only alphabetic or numeric words count (punctuation marks are words to the tokenizer).
-    """
-    lift_sum: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    occurrences: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    documents: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
-    for number, record in enumerate(records):
-        scores = record.get("scores", {}).get(method)
-        if not scores or record.get("predicted") is None:
-            continue
-        read = record["words_read"]
-        cls = record["predicted"]
-        for word, score in zip(record["words"][:read], scores[:read], strict=True):
-            if not any(ch.isalnum() for ch in word):
-                continue
-            key = word_key(word)
-            lift_sum[cls][key] += score * read
-            occurrences[cls][key] += 1
-            documents[cls][key].add(number)
-    table = {}
-    for cls in sorted(lift_sum):
-        rows = [
-            {
-                "word": key,
-                "lift": lift_sum[cls][key] / occurrences[cls][key],
-                "occurrences": occurrences[cls][key],
-                "documents": len(documents[cls][key]),
-            }
-            for key in lift_sum[cls]
-            if len(documents[cls][key]) >= min_documents
-        ]
-        rows.sort(key=lambda row: (-row["lift"], row["word"]))
-        table[cls] = rows[:k]
-    return table
 
 
 def normalised_entropy(weights: Sequence[float]) -> float:

@@ -23,7 +23,8 @@ from docclass.report.html import (
     document_filename,
     write_report,
 )
-from docclass.report.summaries import document_order, sentences, top_words_by_class
+from docclass.report.lexicon import class_lexicon, confusion_cells, contrastive_lexicon
+from docclass.report.summaries import document_order, sentences
 
 HOSTILE = [
     'Breaking: <script>window.pwned = 1; alert(1)</script> markets & "rates" fell.\n\nNew line.',
@@ -127,22 +128,42 @@ def test_sentences_cover_every_word_once_in_order():
     assert texts == ['He said " no . "', "Then left !", "New line .", "Done"]
 
 
-def test_top_words_are_normalised_by_occurrence():
-    def record(words, scores):
-        return {"words": words, "words_read": len(words), "predicted": "x",
-                "scores": {"attention": scores}}  # fmt: skip
+def lexicon_record(number, words, label, predicted, contributions):
+    return {
+        "id": f"d{number}", "words": words, "words_read": len(words), "label": label,
+        "predicted": predicted, "probs": {predicted: 0.9},
+        "scores": {"contribution": contributions[predicted]}, "contributions": contributions,
+    }  # fmt: skip
 
-    # "the" takes the most weight in total (0.45), but less per occurrence than the others.
+
+def test_lexicon_ranks_words_by_total_signed_contribution_with_their_documents():
+    words = ["the", "rates", "fell", "again"]
     records = [
-        record(["the", "the", "the", "rates", "fell"], [0.15, 0.15, 0.15, 0.35, 0.2])
-        for _ in range(3)
-    ]
-    (table,) = top_words_by_class(records).values()
-    assert [row["word"] for row in table] == ["rates", "fell", "the"]
-    assert [row["lift"] for row in table] == pytest.approx([1.75, 1.0, 0.75])
-    assert table[2]["occurrences"] == 9
-    # Below the document threshold a word is not listed at all.
-    assert top_words_by_class(records[:2]) == {"x": []}
+        # "rates" pushes toward business in both documents; "the" pushes away; "fell" once.
+        lexicon_record(0, words, "business", "business",
+                       {"business": [-0.2, 1.0, 0.5, 0.1], "tech": [0.1, -1.0, 0.0, 0.0]}),
+        lexicon_record(1, words, "business", "business",
+                       {"business": [-0.1, 2.0, 0.0, 0.1], "tech": [0.2, 0.5, 0.0, 0.0]}),
+        # Wrong: labelled tech, read as business; "again" is what pushed it there.
+        lexicon_record(2, words, "tech", "business",
+                       {"business": [0.0, 0.1, 0.0, 0.9], "tech": [0.0, 0.3, 0.0, 0.1]}),
+    ]  # fmt: skip
+    hrefs = ["docs/a.html", "docs/b.html", "docs/c.html"]
+    (rows,) = class_lexicon(records, ["business", "tech"], hrefs).values()
+    # "the" pushed away from business in total: not a word that decided for it.
+    assert [row["word"] for row in rows] == ["rates", "again", "fell"]
+    assert rows[0]["total"] == pytest.approx(3.1) and rows[0]["documents"] == 3
+    assert [d["href"] for d in rows[0]["top_documents"]] == ["docs/b.html", "docs/a.html",
+                                                             "docs/c.html"]  # fmt: skip
+    (pair,) = contrastive_lexicon(records, ["business", "tech"], hrefs)
+    assert (pair["a"], pair["b"], pair["errors"]) == ("business", "tech", 1)
+    # rates: (1.0+1.0) + (2.0-0.5) + (0.1-0.3) = 3.3 toward business rather than tech.
+    assert pair["toward_a"][0]["word"] == "rates"
+    assert pair["toward_a"][0]["total"] == pytest.approx(3.3)
+    assert [row["word"] for row in pair["toward_b"]] == ["the"]
+    (cell,) = confusion_cells(records, ["business", "tech"], hrefs)
+    assert (cell["true"], cell["predicted"]) == ("tech", "business")
+    assert [w["word"] for w in cell["documents"][0]["words"]] == ["again"]
 
 
 def test_report_command_from_a_config_and_from_an_unlabelled_file(fitted, tmp_path):

@@ -10,6 +10,26 @@
   var words = [];
   for (var i = 0; i < data.n_words; i += 1) { words.push(document.getElementById("w" + i)); }
 
+  var classA = document.getElementById("class-a");
+  var classB = document.getElementById("class-b");
+  var contrastSum = document.getElementById("contrast-sum");
+
+  // logit(a) − logit(b) is linear in the words' contributions, so their difference is exact.
+  function contrastScores() {
+    var a = data.scores["contribution:" + classA.value], b = data.scores["contribution:" + classB.value];
+    var total = 0, difference = [];
+    for (var i = 0; i < a.length; i += 1) {
+      difference.push(a[i] - b[i]);
+      if (i < data.words_read) { total += a[i] - b[i]; }
+    }
+    var gap = data.logits[classA.value] - data.logits[classB.value];
+    var bias = data.bias[classA.value] - data.bias[classB.value];
+    contrastSum.textContent = "logit(" + classA.value + ") − logit(" + classB.value + ") = " +
+      gap.toFixed(3) + " = words " + total.toFixed(3) + " + bias " + bias.toFixed(3) +
+      ". Red words pushed toward " + classA.value + ", blue toward " + classB.value + ".";
+    return difference;
+  }
+
   function currentKey() {
     var key = methodSelect.value;
     if (key === "attention" && headSelect.value !== "mean") { key = "attention_head" + headSelect.value; }
@@ -96,14 +116,18 @@
 
   function paint() {
     var key = currentKey();
-    var scores = data.scores[key];
-    var signed = data.signed.indexOf(methodSelect.value.split(":")[0]) >= 0;
+    var contrast = key === "contrast";
+    var scores = contrast ? contrastScores() : data.scores[key];
+    var signed = contrast || data.signed.indexOf(methodSelect.value.split(":")[0]) >= 0;
+    if (classA) { document.getElementById("contrast-controls").hidden = !contrast; }
+    if (contrastSum) { contrastSum.hidden = !contrast; }
     var read = data.words_read, top = 0;
     for (var i = 0; i < read; i += 1) { top = Math.max(top, Math.abs(scores[i])); }
     var rank = ranks(scores, read);
     var label = methodSelect.options[methodSelect.selectedIndex].text;
     if (key.indexOf("attention_head") === 0) { label = "pool attention, head " + headSelect.value; }
     if (key.indexOf("rollout_depth") === 0) { label = "rollout through the top " + depthSelect.value + " block(s)"; }
+    if (contrast) { label = classA.value + " rather than " + classB.value; }
     text.classList.toggle("signed", signed);
     words.forEach(function (word, i) {
       if (i >= read) { return; }
@@ -116,7 +140,8 @@
     if (depthSelect) { depthSelect.disabled = methodSelect.value !== "rollout"; }
     document.getElementById("legend-plain").hidden = signed;
     document.getElementById("legend-signed").hidden = !signed;
-    help.textContent = data.help[methodSelect.value.split(":")[0]] || "";
+    help.textContent = contrast ? "each word's contribution to the first class minus its contribution to the second." :
+      (data.help[methodSelect.value.split(":")[0]] || "");
     paintFaithfulness(key);
     paintMinimap(scores);
     paintSentences(scores, signed);
@@ -177,6 +202,7 @@
   methodSelect.addEventListener("change", paint);
   headSelect.addEventListener("change", paint);
   if (depthSelect) { depthSelect.addEventListener("change", paint); }
+  if (classA) { classA.addEventListener("change", paint); classB.addEventListener("change", paint); }
   paint();
   drawLayerMaps();
 })();

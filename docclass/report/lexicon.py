@@ -1,0 +1,195 @@
+"""The corpus's words as the model weighs them: per class, per confused pair, per error.
+
+Computed from explanation records alone. Every list adds up one signed word score per
+occurrence: a word's **total** toward a class is the sum of its shares of that class's logit
+over the documents considered, so words that decide often and strongly come first. The
+contrast of two classes uses ``contribution(a) − contribution(b)``, which is exact: the
+difference of two logits is linear in the token states after the pool.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from docclass.report.summaries import word_key
+
+# Documents listed under a word when a reader opens it.
+DOCUMENTS_PER_WORD = 5
+
+
+def _is_word(word: str) -> bool:
+    # Punctuation marks are words to the tokenizer; a reader looks for words.
+    return any(ch.isalnum() for ch in word)
+
+
+def _tally(
+    records: Sequence[dict],
+    chosen: Sequence[int],
+    word_scores: Callable[[dict], Sequence[float] | None],
+    k: int,
+    min_documents: int,
+    hrefs: Sequence[str],
+) -> list[dict[str, Any]]:
+    """The ``k`` words with the largest total score over the chosen records, each with how
+    many documents hold it and the documents where it weighed most."""
+    total: dict[str, float] = defaultdict(float)
+    per_document: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    for number in chosen:
+        record = records[number]
+        scores = word_scores(record)
+        if scores is None:
+            continue
+        read = record["words_read"]
+        for word, score in zip(record["words"][:read], scores[:read], strict=True):
+            if score is None or not _is_word(word):
+                continue
+            key = word_key(word)
+            total[key] += score
+            per_document[key][number] += score
+    rows = [
+        {
+            "word": key,
+            "total": total[key],
+            "documents": len(per_document[key]),
+            "top_documents": [
+                {"id": str(records[n]["id"]), "href": hrefs[n], "score": score}
+                for n, score in sorted(per_document[key].items(), key=lambda kv: -kv[1])[
+                    :DOCUMENTS_PER_WORD
+                ]
+            ],
+        }
+        for key in total
+        if len(per_document[key]) >= min_documents and total[key] > 0
+    ]
+    rows.sort(key=lambda row: (-row["total"], row["word"]))
+    return rows[:k]
+
+
+def _class_scores(record: dict, name: str, method: str) -> Sequence[float] | None:
+    """Scores toward class ``name``: its contribution when the record carries every class's,
+    else the method's own scores when ``name`` is the prediction."""
+    if method == "contribution" and name in record.get("contributions", {}):
+        return record["contributions"][name]
+    if record.get("predicted") == name:
+        return record.get("scores", {}).get(method)
+    return None
+
+
+def class_lexicon(
+    records: Sequence[dict],
+    label_names: Sequence[str],
+    hrefs: Sequence[str],
+    method: str = "contribution",
+    k: int = 12,
+    min_documents: int = 2,
+) -> dict[str, list[dict[str, Any]]]:
+    """Per class, over the documents predicted as that class: the words with the largest total
+    ``method`` score toward it (signed methods: only what pushed toward the class counts)."""
+    lexicon = {}
+    for name in label_names:
+        chosen = [i for i, r in enumerate(records) if r.get("predicted") == name]
+        if chosen:
+            lexicon[name] = _tally(
+                records,
+                chosen,
+                lambda r, n=name: _class_scores(r, n, method),
+                k,
+                min_documents,
+                hrefs,
+            )
+    return lexicon
+
+
+def _difference(record: dict, a: str, b: str) -> list[float] | None:
+    contributions = record.get("contributions", {})
+    if a not in contributions or b not in contributions:
+        return None
+    return [x - y for x, y in zip(contributions[a], contributions[b], strict=True)]
+
+
+def confused_pairs(
+    records: Sequence[dict], label_names: Sequence[str], n_pairs: int = 3
+) -> list[tuple[str, str, int]]:
+    """The class pairs the model mixes up most (errors in both directions), most first."""
+    count: dict[tuple[str, str], int] = defaultdict(int)
+    for record in records:
+        true, predicted = record.get("label"), record.get("predicted")
+        if true in label_names and predicted in label_names and true != predicted:
+            count[tuple(sorted((true, predicted)))] += 1  # type: ignore[index]
+    ranked = sorted(count.items(), key=lambda kv: (-kv[1], kv[0]))
+    return [(a, b, n) for (a, b), n in ranked[:n_pairs]]
+
+
+def contrastive_lexicon(
+    records: Sequence[dict],
+    label_names: Sequence[str],
+    hrefs: Sequence[str],
+    k: int = 10,
+    min_documents: int = 2,
+    n_pairs: int = 3,
+) -> list[dict[str, Any]]:
+    """For the most confused pairs (a, b): over the documents labelled or predicted as either,
+    the words that pushed toward a rather than b, and toward b rather than a."""
+    pairs = []
+    for a, b, errors in confused_pairs(records, label_names, n_pairs):
+        chosen = [
+            i
+            for i, r in enumerate(records)
+            if {r.get("label"), r.get("predicted")} & {a, b} and r.get("predicted") is not None
+        ]
+        pairs.append(
+            {
+                "a": a,
+                "b": b,
+                "errors": errors,
+                "documents": len(chosen),
+                "toward_a": _tally(
+                    records, chosen, lambda r, a=a, b=b: _difference(r, a, b), k, min_documents,
+                    hrefs,
+                ),
+                "toward_b": _tally(
+                    records, chosen, lambda r, a=a, b=b: _difference(r, b, a), k, min_documents,
+                    hrefs,
+                ),
+            }
+        )  # fmt: skip
+    return pairs
+
+
+def confusion_cells(
+    records: Sequence[dict], label_names: Sequence[str], hrefs: Sequence[str], k: int = 5
+) -> list[dict[str, Any]]:
+    """Every off-diagonal cell of the confusion matrix: its documents, each with the words that
+    pushed it toward the wrong label rather than the true one (largest first)."""
+    cells: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for number, record in enumerate(records):
+        true, predicted = record.get("label"), record.get("predicted")
+        if true not in label_names or predicted not in label_names or true == predicted:
+            continue
+        difference = _difference(record, predicted, true)
+        words: list[dict[str, Any]] = []
+        if difference is not None:
+            read = record["words_read"]
+            ranked = sorted(range(read), key=lambda i: -difference[i])
+            words = [
+                {"word": record["words"][i], "score": difference[i]}
+                for i in ranked
+                if difference[i] > 0 and _is_word(record["words"][i])
+            ][:k]
+        cells[(true, predicted)].append(
+            {
+                "id": str(record["id"]),
+                "href": hrefs[number],
+                "p": record["probs"][predicted],
+                "words": words,
+            }
+        )
+    order = {name: i for i, name in enumerate(label_names)}
+    return [
+        {"true": true, "predicted": predicted, "documents": docs}
+        for (true, predicted), docs in sorted(
+            cells.items(), key=lambda kv: (-len(kv[1]), order[kv[0][0]], order[kv[0][1]])
+        )
+    ]
