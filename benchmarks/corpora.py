@@ -3,9 +3,9 @@
 For every corpus (the embedded BBC News, each folder of ``train/val/test.jsonl`` in the
 development-corpora folder when present, and any folder given), each candidate config is
 trained under every seed in its own process; the SVM is fitted on the very split the
-DataModule made (de-duplicated, same documents). The recommended config of a corpus is the
-candidate with the best mean **validation** accuracy; its test figures are the ones reported.
-Test figures of the other candidates are kept in the JSON, never used to choose.
+DataModule made (de-duplicated, same documents). The recommended config is one candidate for
+every corpus, the one with the best **validation** accuracy averaged over the corpora; its test
+figures are the ones held against the SVM. Test figures never choose.
 """
 
 from __future__ import annotations
@@ -62,13 +62,24 @@ def compare_on_corpus(
         sweep = run_seeds(config, seeds, out / name / _slug(label), overrides, reuse=True)
         sweep["wall_s"] = time.perf_counter() - started
         result["candidates"][label] = sweep
-    result["recommended"] = choose_on_validation(result["candidates"])
     return result
 
 
-def choose_on_validation(candidates: dict[str, dict[str, Any]]) -> str:
-    """The candidate with the best mean validation accuracy; test figures play no part."""
-    return max(candidates, key=lambda name: candidates[name]["val_acc"]["mean"])
+def choose_on_validation(corpora: dict[str, dict[str, Any]]) -> str:
+    """The one candidate to recommend for every corpus: the best validation accuracy averaged
+    over the corpora (each corpus's mean over seeds). Test figures play no part.
+
+    One recipe rather than one per corpus: the recommendation is what a user runs on a corpus
+    nobody has measured, and a per-corpus choice on a validation split of a few hundred
+    documents picks noise (on BBC the two candidates differ by less than one document)."""
+    names = list(next(iter(corpora.values()))["candidates"])
+
+    def mean_validation(name: str) -> float:
+        return sum(c["candidates"][name]["val_acc"]["mean"] for c in corpora.values()) / len(
+            corpora
+        )
+
+    return max(names, key=mean_validation)
 
 
 def _slug(label: str) -> str:

@@ -1,9 +1,9 @@
 """docclass's recommended configs against TF-IDF + LinearSVC, corpus by corpus: `make corpora`.
 
 Trains every candidate config under every seed on BBC and on each development corpus found
-(plus folders given with --folder), picks per corpus the candidate with the best validation
-accuracy, and writes reports/corpora.json and reports/corpora.md. Runs already finished in
---runs are reused, so an interrupted sweep continues where it stopped.
+(plus folders given with --folder), recommends the one candidate with the best validation
+accuracy averaged over the corpora, and writes reports/corpora.json and reports/corpora.md.
+Runs already finished in --runs are reused, so an interrupted sweep continues where it stopped.
 """
 
 import argparse
@@ -15,6 +15,7 @@ import datasets
 
 from benchmarks.corpora import (
     CANDIDATES,
+    choose_on_validation,
     compare_on_corpus,
     corpora_markdown,
     development_corpora,
@@ -44,14 +45,19 @@ def main() -> None:
     candidates = {c: CANDIDATES[c] for c in (args.candidates or CANDIDATES)}
     figures = {"seeds": args.seeds, "machine": machine_summary(), "corpora": {}}
     for name, source in corpora.items():
-        result = compare_on_corpus(name, source, args.seeds, Path(args.runs), candidates)
-        result["recommended_beats_svm"] = recommended_beats_svm(result)
-        figures["corpora"][name] = result
+        figures["corpora"][name] = compare_on_corpus(
+            name, source, args.seeds, Path(args.runs), candidates
+        )
+        # Chosen again over every corpus measured so far: one recipe for all of them.
+        figures["recommended"] = choose_on_validation(figures["corpora"])
+        for result in figures["corpora"].values():
+            result["recommended"] = figures["recommended"]
+            result["recommended_beats_svm"] = recommended_beats_svm(result)
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".json").write_text(json.dumps(figures, indent=2) + "\n")
         out.with_suffix(".md").write_text(corpora_markdown(figures))
-        print(corpora_markdown({"corpora": {name: result}}), flush=True)
+        print(corpora_markdown({"corpora": {name: figures["corpora"][name]}}), flush=True)
 
 
 if __name__ == "__main__":

@@ -7,11 +7,17 @@ def sweep(val, test, f1):
     return {"val_acc": {"mean": val}, "test_acc": {"mean": test}, "test_macro_f1": {"mean": f1}}
 
 
-def test_the_recommended_config_is_chosen_on_validation_never_on_test():
-    candidates = {"a": sweep(0.97, 0.975, 0.975), "b": sweep(0.96, 0.99, 0.99)}
-    assert choose_on_validation(candidates) == "a"  # b's better test figure plays no part
+def test_one_config_is_recommended_for_all_corpora_on_validation_never_on_test():
+    corpora = {
+        # b's better test figures play no part; a's small validation lead on one corpus is
+        # outweighed by b's large one on the other.
+        "x": {"candidates": {"a": sweep(0.97, 0.975, 0.975), "b": sweep(0.96, 0.99, 0.99)}},
+        "y": {"candidates": {"a": sweep(0.80, 0.95, 0.95), "b": sweep(0.90, 0.85, 0.85)}},
+    }
+    assert choose_on_validation(corpora) == "b"
+    assert choose_on_validation({"x": corpora["x"]}) == "a"
     result = {
-        "candidates": candidates,
+        **corpora["x"],
         "recommended": "a",
         "svm": {"test_acc": 0.977, "test_macro_f1": 0.97},
     }
