@@ -1,10 +1,14 @@
 """The corpus's words as the model weighs them: per class, per confused pair, per error.
 
 Computed from explanation records alone. Every list adds up one signed word score per
-occurrence: a word's **total** toward a class is the sum of its shares of that class's logit
-over the documents considered, so words that decide often and strongly come first. The
-contrast of two classes uses ``contribution(a) − contribution(b)``, which is exact: the
-difference of two logits is linear in the token states after the pool.
+occurrence over the documents considered and ranks words by the **mean per occurrence**, among
+words found in a few documents at least; the total and the document count are shown beside it.
+Ranking by the total instead lists "to", "the", "of" first: with a self-attention block below
+the pool, every token state carries some of the document's topic, so frequent words pile up a
+large total from small shares. A word's score toward a class is its contribution to that class
+minus its mean contribution to all classes (softmax ignores what a word adds to every logit
+alike). The contrast of two classes uses ``contribution(a) − contribution(b)``, which is exact:
+the difference of two logits is linear in the token states after the pool.
 """
 
 from __future__ import annotations
@@ -32,9 +36,11 @@ def _tally(
     min_documents: int,
     hrefs: Sequence[str],
 ) -> list[dict[str, Any]]:
-    """The ``k`` words with the largest total score over the chosen records, each with how
-    many documents hold it and the documents where it weighed most."""
+    """The ``k`` words with the largest mean score per occurrence over the chosen records
+    (among words in ``min_documents`` documents or more), each with its total, how many
+    documents hold it and the documents where it weighed most."""
     total: dict[str, float] = defaultdict(float)
+    occurrences: dict[str, int] = defaultdict(int)
     per_document: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
     for number in chosen:
         record = records[number]
@@ -47,10 +53,12 @@ def _tally(
                 continue
             key = word_key(word)
             total[key] += score
+            occurrences[key] += 1
             per_document[key][number] += score
     rows = [
         {
             "word": key,
+            "mean": total[key] / occurrences[key],
             "total": total[key],
             "documents": len(per_document[key]),
             "top_documents": [
@@ -63,15 +71,22 @@ def _tally(
         for key in total
         if len(per_document[key]) >= min_documents and total[key] > 0
     ]
-    rows.sort(key=lambda row: (-row["total"], row["word"]))
+    rows.sort(key=lambda row: (-row["mean"], row["word"]))
     return rows[:k]
 
 
 def _class_scores(record: dict, name: str, method: str) -> Sequence[float] | None:
-    """Scores toward class ``name``: its contribution when the record carries every class's,
-    else the method's own scores when ``name`` is the prediction."""
-    if method == "contribution" and name in record.get("contributions", {}):
-        return record["contributions"][name]
+    """Scores toward class ``name``: with every class's contributions, the word's contribution
+    to ``name`` minus its mean contribution to all classes (softmax ignores what a word adds
+    to every logit alike: "the" adds much to each, and decides nothing); else the method's own
+    scores when ``name`` is the prediction."""
+    contributions = record.get("contributions", {})
+    if method == "contribution" and name in contributions:
+        columns = list(contributions.values())
+        return [
+            own - sum(values) / len(columns)
+            for own, values in zip(contributions[name], zip(*columns, strict=True), strict=True)
+        ]
     if record.get("predicted") == name:
         return record.get("scores", {}).get(method)
     return None
@@ -83,7 +98,7 @@ def class_lexicon(
     hrefs: Sequence[str],
     method: str = "contribution",
     k: int = 12,
-    min_documents: int = 2,
+    min_documents: int = 3,
 ) -> dict[str, list[dict[str, Any]]]:
     """Per class, over the documents predicted as that class: the words with the largest total
     ``method`` score toward it (signed methods: only what pushed toward the class counts)."""
@@ -127,7 +142,7 @@ def contrastive_lexicon(
     label_names: Sequence[str],
     hrefs: Sequence[str],
     k: int = 10,
-    min_documents: int = 2,
+    min_documents: int = 3,
     n_pairs: int = 3,
 ) -> list[dict[str, Any]]:
     """For the most confused pairs (a, b): over the documents labelled or predicted as either,

@@ -2,12 +2,15 @@
 
 import json
 import os
+import re
 import shutil
 
 import pytest
 from helpers import CONFIGS, DOCUMENTS, LABELS, parsed_page, tiny_classifier
 
 from docclass.cli import main
+from docclass.evaluate.agreement import add_agreement
+from docclass.evaluate.counterfactual import add_counterfactuals
 from docclass.evaluate.erasure import aggregate_faithfulness, beats_random
 from docclass.inference.classifier import DocClassifier
 from docclass.inference.reporting import (
@@ -16,10 +19,12 @@ from docclass.inference.reporting import (
     measure_faithfulness,
     select_for_report,
 )
+from docclass.interpret.default_method import default_method
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.records import method_label, read_jsonl
 from docclass.report.html import (
     LONG_DOCUMENT_WORDS,
+    REPORT_META,
     document_filename,
     write_report,
 )
@@ -43,10 +48,16 @@ def report(tmp_path_factory):
         texts,
         doc_ids=["<i>hostile</i>.txt", "two", "long", "short", "truncated"],
         labels=["markets", "sport", "tech", "markets", "sport"],
+        all_classes=True,
     )
     summary = measure_faithfulness(classifier, texts, records)
+    shown_first = default_method(summary["methods"], summary["documents"])
+    checks = {
+        "counterfactual": add_counterfactuals(classifier, texts, records, shown_first.method),
+        "agreement": add_agreement(records, flagged=2),
+    }
     out = tmp_path_factory.mktemp("report")
-    write_report(records, out, LABELS, title="test <report>", faithfulness=summary)
+    write_report(records, out, LABELS, title="test <report>", faithfulness=summary, checks=checks)
     return out, records
 
 
@@ -136,10 +147,10 @@ def lexicon_record(number, words, label, predicted, contributions):
     }  # fmt: skip
 
 
-def test_lexicon_ranks_words_by_total_signed_contribution_with_their_documents():
+def test_lexicon_ranks_words_by_their_share_toward_the_class_with_their_documents():
     words = ["the", "rates", "fell", "again"]
     records = [
-        # "rates" pushes toward business in both documents; "the" pushes away; "fell" once.
+        # "rates" pushes toward business rather than tech; "the" the other way.
         lexicon_record(0, words, "business", "business",
                        {"business": [-0.2, 1.0, 0.5, 0.1], "tech": [0.1, -1.0, 0.0, 0.0]}),
         lexicon_record(1, words, "business", "business",
@@ -150,11 +161,16 @@ def test_lexicon_ranks_words_by_total_signed_contribution_with_their_documents()
     ]  # fmt: skip
     hrefs = ["docs/a.html", "docs/b.html", "docs/c.html"]
     (rows,) = class_lexicon(records, ["business", "tech"], hrefs).values()
-    # "the" pushed away from business in total: not a word that decided for it.
+    # Toward business = contribution to business minus the mean over both classes. "the"
+    # pushed away from business in total: not a word that decided for it.
     assert [row["word"] for row in rows] == ["rates", "again", "fell"]
-    assert rows[0]["total"] == pytest.approx(3.1) and rows[0]["documents"] == 3
-    assert [d["href"] for d in rows[0]["top_documents"]] == ["docs/b.html", "docs/a.html",
+    # rates: (1.0 + 1.0)/2 + (2.0 - 0.5)/2 + (0.1 - 0.3)/2 = 1.65 over 3 occurrences.
+    assert rows[0]["total"] == pytest.approx(1.65) and rows[0]["mean"] == pytest.approx(0.55)
+    assert rows[0]["documents"] == 3
+    assert [d["href"] for d in rows[0]["top_documents"]] == ["docs/a.html", "docs/b.html",
                                                              "docs/c.html"]  # fmt: skip
+    # Below three documents a word is not listed.
+    assert class_lexicon(records[:2], ["business", "tech"], hrefs) == {"business": []}
     (pair,) = contrastive_lexicon(records, ["business", "tech"], hrefs)
     assert (pair["a"], pair["b"], pair["errors"]) == ("business", "tech", 1)
     # rates: (1.0+1.0) + (2.0-0.5) + (0.1-0.3) = 3.3 toward business rather than tech.
@@ -281,12 +297,50 @@ def test_hostile_document_page_in_chromium(browser, report, tmp_path):
     assert problems == []
 
 
+def test_page_opens_on_the_default_method_and_contrasts_any_two_classes(browser, report):
+    out, records = report
+    page, problems, _ = open_page(browser, out / "docs" / document_filename(0))
+    meta = json.loads((out / REPORT_META).read_text())
+    chosen = default_method(meta["faithfulness"]["methods"], meta["faithfulness"]["documents"])
+    assert page.locator("#method").input_value() == chosen.method
+    assert page.locator("#shown-first").text_content() == chosen.reason
+    record = records[0]
+    first, second = LABELS[0], LABELS[2]
+    page.select_option("#method", "contrast")
+    page.select_option("#class-a", first)
+    page.select_option("#class-b", second)
+    assert page.locator("#contrast-controls").is_visible()
+    numbers = [
+        float(x) for x in re.findall(r"-?\d+\.\d+", page.locator("#contrast-sum").text_content())
+    ]
+    gap, words, bias = numbers
+    assert gap == pytest.approx(record["logits"][first] - record["logits"][second], abs=1e-3)
+    assert gap == pytest.approx(words + bias, abs=2e-3)  # exact up to the printed digits
+    # The word the contrast puts first is the one whose two contributions differ most.
+    read = record["words_read"]
+    pairs = zip(record["contributions"][first], record["contributions"][second], strict=True)
+    difference = [a - b for a, b in pairs][:read]
+    top = max(range(read), key=lambda i: difference[i])
+    assert "rank 1 of" in page.locator(f"#w{top}").get_attribute("title")
+    counterfactual = record["counterfactual"]
+    text = page.locator("#counterfactual").text_content()
+    if counterfactual["k"]:
+        assert counterfactual["label"] in text and counterfactual["words"][0] in text
+    else:
+        assert "does not rest on a few words" in text
+    assert problems == []
+
+
 def test_index_long_and_short_pages_in_chromium(browser, report):
     out, records = report
     page, problems, dialogs = open_page(browser, out / "index.html")
     table = page.locator("#faithfulness-table tr")
     assert table.count() == 1 + len(records[0]["faithfulness"]["methods"])  # header + methods
     assert page.locator("#documents tbody tr").count() == len(records)
+    assert page.locator("#agreement-table tr").count() == 1 + 6  # header + pairs of 4 methods
+    page.select_option("#show", "disagree")
+    assert page.locator("#shown").text_content() == f"2 of {len(records)} shown"
+    page.select_option("#show", "all")
     assert page.locator("#shown").text_content() == f"{len(records)} of {len(records)} shown"
     page.select_option("#show", "truncated")
     truncated = sum(r["truncated"] for r in records)
