@@ -443,12 +443,19 @@ def time_report(
         "documents": len(documents.texts),
         "whitespace_words": words,
         "methods": "attention (mean + every head), contribution, rollout, gradient x input; "
-        "ERASER comprehensiveness and sufficiency of each, masked removal",
+        "ERASER comprehensiveness and sufficiency of each, masked removal; counterfactuals by "
+        "the default method and agreement between methods",
         "repeats": repeats,
         "load_s": round(load_s, 2),
         **{
             f"median_{key}": round(statistics.median(run[key] for run in runs), 2)
-            for key in ("explain_s", "faithfulness_s", "pages_s", "total_s")
+            for key in (
+                "explain_s",
+                "faithfulness_s",
+                "counterfactuals_and_agreement_s",
+                "pages_s",
+                "total_s",
+            )
         },
         "all_total_s": [run["total_s"] for run in runs],
         "torch_threads": torch.get_num_threads(),

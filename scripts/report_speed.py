@@ -28,7 +28,8 @@ def main() -> None:
     Path(args.out).write_text(json.dumps(figures, indent=2))
     print(
         f"{figures['documents']} documents: explain {figures['median_explain_s']} s + "
-        f"faithfulness {figures['median_faithfulness_s']} s + pages "
+        f"faithfulness {figures['median_faithfulness_s']} s + counterfactuals and agreement "
+        f"{figures['median_counterfactuals_and_agreement_s']} s + pages "
         f"{figures['median_pages_s']} s = {figures['median_total_s']} s (median of "
         f"{figures['repeats']}; load {figures['load_s']} s) → {args.out}"
     )

@@ -32,7 +32,7 @@ from docclass.inference.classifier import classify_texts
 from docclass.interpret.default_method import default_method
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.inputs import float32_classifier
-from docclass.interpret.records import method_label, write_jsonl
+from docclass.interpret.records import HEAD_PREFIX, method_label, write_jsonl
 from docclass.metrics import classification_scores
 from docclass.report.figures import removal_curves_figure, save_png
 from docclass.report.html import FAITHFULNESS_FILE, REPORT_META, rewrite_report, write_report
@@ -168,10 +168,16 @@ def measure_faithfulness(
     device: str = "cpu",
 ) -> dict[str, Any] | None:
     """Per document and method, ERASER comprehensiveness and sufficiency under masked removal
-    (stored in each record's ``faithfulness``); returns their summary over documents."""
+    (stored in each record's ``faithfulness``); returns their summary over documents.
+
+    Single pool heads are left to ``docclass faithfulness``: they are views of pool attention,
+    never a default, and their rankings were a third of the report's perturbed copies."""
     classifier = float32_classifier(classifier)
     for text, record in zip(texts, records, strict=True):
-        figures = document_faithfulness(classifier, text, record, "mask", device=device)
+        scores = record.get("scores", {})
+        methods = {k: v for k, v in scores.items() if not k.startswith(HEAD_PREFIX)}
+        measured = {**record, "scores": methods}
+        figures = document_faithfulness(classifier, text, measured, "mask", device=device)
         if figures:
             record["faithfulness"] = {"removal": "mask", "methods": figures}
     per_document = [r["faithfulness"]["methods"] for r in records if r.get("faithfulness")]
