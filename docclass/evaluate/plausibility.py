@@ -34,8 +34,12 @@ def read_rationales(path: str | Path) -> dict[str, list[tuple[int, int]]]:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"rationales file {path} not found: give ERASER-format JSONL")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not UTF-8 text: save the rationales as UTF-8 JSONL") from None
     spans: dict[str, list[tuple[int, int]]] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:

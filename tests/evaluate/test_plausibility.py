@@ -65,3 +65,7 @@ def test_rationales_file_errors_are_one_line(tmp_path):
     bad.write_text(json.dumps({"annotation_id": "a", "evidences": [[{"docid": "a"}]]}) + "\n")
     with pytest.raises(UserError, match=r"line 1 is not an ERASER annotation"):
         read_rationales(bad)
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes("café".encode("latin-1"))
+    with pytest.raises(UserError, match="is not UTF-8 text"):
+        read_rationales(latin)
