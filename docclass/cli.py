@@ -23,6 +23,7 @@ from jsonargparse import ArgumentError, ArgumentParser
 
 from docclass.errors import UserError
 from docclass.inference.classify import classify_command
+from docclass.inference.export import export_command, push_command
 from docclass.inference.reporting import (
     documents_from_datamodule,
     faithfulness_command,
@@ -47,6 +48,8 @@ COMMANDS: dict[str, tuple[Callable[..., Any], tuple[str, str] | None]] = {
     ),  # fmt: skip
     "faithfulness": (faithfulness_command, None),
     "serve": (serve, None),
+    "export": (export_command, None),
+    "push": (push_command, None),
 }
 
 

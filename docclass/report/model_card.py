@@ -1,0 +1,200 @@
+"""The model card (``README.md``) of an exported model folder, from the run's facts.
+
+The hub reads the YAML block at the top (task, library, license, datasets, languages, scores)
+and renders the Markdown below it. Everything a card states comes from the facts it is given:
+what ``docclass fit`` measured, the report's faithfulness table and the default word-score
+method chosen from it. Label names and sources are escaped, since the hub renders HTML inside
+Markdown.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+from docclass.interpret.records import HEAD_PREFIX, REMOVAL_LABELS, method_label
+
+USAGE = [
+    "from docclass import DocClassifier  # pip install docclass",
+    "",
+    'classifier = DocClassifier.load("this-folder-or-owner/name")',
+    'classifier.predict(["some document text"], word_scores=True)',
+]
+
+
+def _cell(value: Any) -> str:
+    """Text safe inside a Markdown table cell rendered as HTML."""
+    return html.escape(str(value)).replace("|", "&#124;").replace("\n", " ")
+
+
+def _yaml_string(value: Any) -> str:
+    # JSON strings are YAML strings: quotes and backslashes escaped, no tag or anchor parsed.
+    return json.dumps(str(value))
+
+
+def _front_matter(facts: dict[str, Any]) -> list[str]:
+    lines = ["---", "library_name: docclass", "pipeline_tag: text-classification"]
+    lines.append(f"license: {_yaml_string(facts.get('license') or 'other')}")
+    for key in ("language", "datasets"):
+        if facts.get(key):
+            lines.append(f"{key}:")
+            lines += [f"  - {_yaml_string(value)}" for value in facts[key]]
+    lines += ["tags:", "  - docclass", "  - explainability", "  - attention-pooling"]
+    test = facts.get("test") or {}
+    if "accuracy" in test:
+        lines += ["metrics:", "  - accuracy", "  - f1"]
+        lines += [
+            "model-index:",
+            f"  - name: {_yaml_string(facts['name'])}",
+            "    results:",
+            "      - task:",
+            "          type: text-classification",
+            "        dataset:",
+            f"          name: {_yaml_string(facts.get('data_name', 'training corpus'))}",
+            f"          type: {_yaml_string(facts.get('data_name', 'training corpus'))}",
+            "          split: test",
+            "        metrics:",
+            "          - type: accuracy",
+            f"            value: {round(test['accuracy'], 4)}",
+            "          - type: f1",
+            "            name: macro-F1",
+            f"            value: {round(test['macro_f1'], 4)}",
+        ]
+    return [*lines, "---", ""]
+
+
+def _scores_section(facts: dict[str, Any]) -> list[str]:
+    test, spread = facts.get("test") or {}, facts.get("spread")
+    if "accuracy" not in test:
+        return ["## Scores", "", "Not measured: the run left no test figures.", ""]
+    lines = ["## Scores", ""]
+    lines.append(
+        f"On the held-out test split ({test.get('n_documents', '?')} documents, never used to "
+        f"choose anything): accuracy **{test['accuracy']:.4f}**, macro-F1 "
+        f"**{test['macro_f1']:.4f}**."
+    )
+    if spread:
+        accuracy, macro_f1 = spread["accuracy"], spread["macro_f1"]
+        lines.append(
+            f"The same recipe over {spread['seeds']} seeds: accuracy {accuracy['mean']:.4f} ± "
+            f"{accuracy['std']:.4f}, macro-F1 {macro_f1['mean']:.4f} ± {macro_f1['std']:.4f} "
+            "(mean ± sd)."
+        )
+    else:
+        lines.append("One training run: its spread over seeds was not measured.")
+    per_class = test.get("per_class_f1")
+    if per_class and len(per_class) == len(facts["labels"]):
+        lines += ["", "| class | F1 |", "|---|---|"]
+        lines += [
+            f"| {_cell(name)} | {f1:.3f} |"
+            for name, f1 in zip(facts["labels"], per_class, strict=True)
+        ]
+    return [*lines, ""]
+
+
+def _faithfulness_section(facts: dict[str, Any]) -> list[str]:
+    default, tables = facts.get("default_method") or {}, facts.get("faithfulness") or {}
+    lines = ["## Which words decided", ""]
+    reason = default.get("reason", "")
+    lines.append(
+        "Every prediction can be explained word by word; `predict(word_scores=True)` and the "
+        "server return the scores of the default method"
+        + (f". {reason[:1].upper()}{reason[1:]}" if reason else ".")
+    )
+    if not tables:
+        return [*lines, "", "Faithfulness was not measured for this model.", ""]
+    lines += [
+        "",
+        "ERASER faithfulness on the test split (AOPC over removing 1–50 % of the words): "
+        "comprehensiveness is how much the prediction drops when a method's top words are "
+        "removed (higher is better), sufficiency how much it drops when only they are kept "
+        "(lower is better). A method earns trust by beating the random ranking on both.",
+        "",
+    ]
+    for removal, table in tables.items():
+        methods = table.get("methods", {})
+        floor = max(methods.get("random", {}).get("comprehensiveness", 0.0), 1e-9)
+        lines += [
+            f"Removal by {REMOVAL_LABELS.get(removal, removal)} ({table.get('documents', '?')} "
+            "documents):",
+            "",
+            "| method | comprehensiveness | × random | sufficiency |",
+            "|---|---|---|---|",
+        ]
+        # One pool head is a view of pool attention, never a default: methods only.
+        shown = {name: row for name, row in methods.items() if not name.startswith(HEAD_PREFIX)}
+        for name, row in sorted(shown.items(), key=lambda kv: -kv[1]["comprehensiveness"]):
+            lines.append(
+                f"| {_cell(method_label(name))} | {row['comprehensiveness']:.3f} | "
+                f"{row['comprehensiveness'] / floor:.1f} | {row['sufficiency']:.3f} |"
+            )
+        lines.append("")
+    return lines
+
+
+def _limits_section(facts: dict[str, Any]) -> list[str]:
+    data = facts.get("data") or {}
+    limit = facts.get("max_tokens")
+    lines = ["## Limitations", ""]
+    if limit:
+        cut = data.get("test_truncated")
+        cut_note = f" ({cut} of the test documents were longer)" if cut is not None else ""
+        lines.append(
+            f"- Reads the first **{limit} tokens** of a document{cut_note}; the rest is not "
+            "seen, and results flag `truncated`."
+        )
+    else:
+        lines.append("- Reads every token of a document (no truncation).")
+    languages = ", ".join(_cell(code) for code in facts.get("language") or []) or "not recorded"
+    lines.append(f"- Languages seen in training: {languages}. Other languages are unsupported.")
+    lines.append(
+        f"- Knows only the {len(facts['labels'])} classes named above; every document gets one "
+        "of them, however far it is from the training corpus."
+    )
+    lines.append(
+        "- Word scores explain this model's decision, not the truth of the label; pool "
+        "attention alone says where the model looked, not why."
+    )
+    return [*lines, ""]
+
+
+def model_card(facts: dict[str, Any]) -> str:
+    """``README.md`` text for a model folder. ``facts``: name, labels, max_tokens, started_from,
+    data, test, spread, faithfulness (removal → table), default_method, license, language,
+    datasets, parameters, docclass_version."""
+    labels = ", ".join(f"`{_cell(name)}`" for name in facts["labels"])
+    origin = facts.get("started_from")
+    data = facts.get("data") or {}
+    lines = [*_front_matter(facts), f"# {_cell(facts['name'])}", ""]
+    lines.append(
+        f"A document classifier trained with docclass {facts.get('docclass_version', '')}: "
+        + (
+            f"the pre-trained encoder `{_cell(origin)}`"
+            if origin
+            else "self-attention blocks trained from scratch"
+        )
+        + f", then a global attention pool and a linear read-out ({facts.get('parameters', 0):,}"
+        f" parameters). Classes: {labels}."
+    )
+    lines += ["", "## Intended use", ""]
+    lines.append(
+        "Sorting documents like those of the training corpus into its classes, in bulk or one "
+        "at a time, with the words that decided each label. Not for decisions about people "
+        "without a person reading the document: check the scores below against your own data."
+    )
+    lines += ["", "```python", *USAGE, "```", ""]
+    lines += ["## Training data", ""]
+    if data:
+        lines.append(
+            f"Source: {_cell(facts.get('data_name', data.get('source', '?')))}. "
+            f"{data.get('train_documents', '?')} training, {data.get('val_documents', '?')} "
+            f"validation and {data.get('test_documents', '?')} test documents after removing "
+            f"{data.get('duplicates_removed', 0)} duplicates (a duplicate never straddles two "
+            "splits)."
+        )
+    else:
+        lines.append("Not recorded.")
+    lines.append("")
+    lines += _scores_section(facts) + _faithfulness_section(facts) + _limits_section(facts)
+    return "\n".join(lines).rstrip() + "\n"
