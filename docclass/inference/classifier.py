@@ -8,7 +8,9 @@
 
 ``predict`` returns what users of Hugging Face's ``pipeline("text-classification")`` expect
 (``label`` and ``score``), plus every class probability. Loading runs no training code and
-executes no pickle (``torch.load(weights_only=True)``).
+executes no pickle (``torch.load(weights_only=True)``, or safetensors for a model folder).
+Word scores come from the method the model's own faithfulness table trusts most unless another
+is asked for.
 """
 
 from __future__ import annotations
@@ -20,9 +22,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from docclass.errors import ConfigError
+from docclass.inference.model_facts import model_default_method
+from docclass.interpret.default_method import UNMEASURED_DEFAULT, DefaultMethod
 from docclass.interpret.explain import explain_documents
-from docclass.interpret.inputs import DocumentInput, encode_documents, forward_batches
-from docclass.interpret.records import EMPTY_DOCUMENT
+from docclass.interpret.inputs import DocumentInput, batched, encode_documents, forward_batches
+from docclass.interpret.methods import BATCH_METHODS, scoring_pass
+from docclass.interpret.records import EMPTY_DOCUMENT, RECORD_METHODS
+from docclass.nn.model import DocumentClassifier
 from docclass.train.checkpoint import TrainedClassifier, load_classifier
 
 
@@ -33,18 +40,25 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def _word_attention(
-    text: str, document: DocumentInput, weights: np.ndarray
+# The methods an API call may ask for: the report's batch methods (integrated gradients needs
+# dozens of passes per document and stays in the report and ``docclass faithfulness``).
+API_METHODS = RECORD_METHODS
+# Read off the forward pass itself; the others need every block's attention or a backward pass.
+FORWARD_METHODS = ("attention", "contribution")
+
+
+def _word_fields(
+    text: str, document: DocumentInput, token_scores: np.ndarray
 ) -> tuple[dict[str, Any], np.ndarray]:
-    """Every word the model read with the pool attention summed over its pieces, as the result
-    fields and as the unrounded sums."""
+    """Every word the model read with its score (the sum over its pieces), as result fields
+    and as the unrounded sums."""
     n_read = len(document.token_ids)
-    per_word = np.bincount(document.token_words, weights=weights[:n_read])
+    per_word = np.bincount(document.token_words, weights=token_scores[:n_read])
     spans = document.alignment.word_spans[: len(per_word)]
     fields = {
         "words": [text[start:end] for start, end in spans],
         "spans": [list(span) for span in spans],
-        "attention": [round(float(a), 6) for a in per_word],
+        "scores": [round(float(a), 6) for a in per_word],
     }
     return fields, per_word
 
@@ -56,7 +70,7 @@ def _top_words(fields: dict[str, Any], per_word: np.ndarray, k: int) -> list[dic
             "word": fields["words"][w],
             "start": fields["spans"][w][0],
             "end": fields["spans"][w][1],
-            "attention": fields["attention"][w],
+            "score": fields["scores"][w],
         }
         for w in best
     ]
@@ -72,13 +86,43 @@ def _result(probs: np.ndarray, names: list[str], document: DocumentInput) -> dic
     }
 
 
+def _scored_batches(
+    model: DocumentClassifier,
+    documents: list[DocumentInput],
+    batch_size: int,
+    device: torch.device | str,
+    method: str | None,
+):
+    """``(document indices, logits [B,C], token scores [B,T] or None)`` per batch: the forward
+    pass alone when no method (or one read off it) is asked for, the scoring pass otherwise."""
+    if method is None or method in FORWARD_METHODS:
+        for indices, out in forward_batches(model, documents, batch_size, device):
+            scores = None
+            # The generator's inference mode does not reach this frame between its yields.
+            with torch.inference_mode():
+                if method == "attention":
+                    scores = out.pool_weights.mean(dim=1)
+                elif method == "contribution":
+                    every_class = model.token_contributions(out.token_states, out.pool_weights)
+                    best = out.logits.argmax(dim=-1)[:, None, None]
+                    scores = every_class.gather(2, best.expand(-1, every_class.shape[1], 1))
+                    scores = scores.squeeze(2)
+            yield indices, out.logits, scores
+        return
+    rows = [document.token_ids for document in documents]
+    for indices, input_ids, mask in batched(rows, batch_size, model.config.pad_id, device):
+        scoring = scoring_pass(model, input_ids, mask)
+        yield indices, scoring.logits, BATCH_METHODS[method](scoring)
+
+
 def classify_texts(
     classifier: TrainedClassifier,
     texts: Sequence[str],
     batch_size: int = 64,
     top_words: int = 0,
     device: torch.device | str = "cpu",
-    word_attention: bool = False,
+    word_scores: bool = False,
+    method: str = UNMEASURED_DEFAULT,
 ) -> list[dict[str, Any]]:
     """Classify ``texts``; one result per text, in order.
 
@@ -87,32 +131,36 @@ def classify_texts(
         texts: the documents.
         batch_size: most documents per forward pass; batches hold texts of similar length, so a
             batch can be smaller.
-        top_words: also return this many words with the highest mean pool attention.
+        top_words: also return this many words with the highest ``method`` scores.
         device: where the model runs (it is moved there).
-        word_attention: also return every word the model read (``words``, character ``spans``)
-            with its pool attention (``attention``, heads averaged, summed over the word's pieces).
+        word_scores: also return every word the model read (``words``, character ``spans``)
+            with its ``method`` score (``scores``, summed over the word's pieces).
+        method: the word-score method (:data:`API_METHODS`), named in each result.
 
     Returns:
-        ``{label, score, probs, truncated[, top_words][, words, spans, attention]}`` per text,
-        or ``{label: None, score: None, error}`` for a text with nothing to classify.
+        ``{label, score, probs, truncated[, method, top_words][, words, spans, scores]}`` per
+        text, or ``{label: None, score: None, error}`` for a text with nothing to classify.
     """
+    if method not in API_METHODS:
+        raise ConfigError(f"method {method!r}: choose one of {', '.join(API_METHODS)}")
     model = classifier.model.to(device).eval()
     documents = encode_documents(classifier.tokenizer, texts, classifier.max_tokens)
     results: list[dict[str, Any]] = [
         {"label": None, "score": None, "error": EMPTY_DOCUMENT} for _ in texts
     ]
-    wants_words = bool(top_words or word_attention)
-    for indices, out in forward_batches(model, documents, batch_size, device):
-        probs = torch.softmax(out.logits.float(), dim=-1).cpu().numpy()
-        if wants_words:
-            attention = out.pool_weights.float().mean(dim=1).cpu().numpy()
+    wants_words = bool(top_words or word_scores)
+    batches = _scored_batches(model, documents, batch_size, device, method if wants_words else None)
+    for indices, logits, scores in batches:
+        probs = torch.softmax(logits.float(), dim=-1).cpu().numpy()
+        token_scores = scores.double().cpu().numpy() if wants_words else None
         for row, i in enumerate(indices):
             result = _result(probs[row], classifier.label_names, documents[i])
             if wants_words:
-                fields, per_word = _word_attention(texts[i], documents[i], attention[row])
+                result["method"] = method
+                fields, per_word = _word_fields(texts[i], documents[i], token_scores[row])
                 if top_words:
                     result["top_words"] = _top_words(fields, per_word, top_words)
-                if word_attention:
+                if word_scores:
                     result.update(fields)
             results[i] = result
     return results
@@ -126,15 +174,35 @@ class DocClassifier:
         device: ``auto`` (CUDA when available), ``cpu``, ``cuda``, ``cuda:1``, …
     """
 
-    def __init__(self, trained: TrainedClassifier, device: str = "auto") -> None:
+    def __init__(
+        self,
+        trained: TrainedClassifier,
+        device: str = "auto",
+        default: DefaultMethod | None = None,
+    ) -> None:
         self.trained = trained
         self.device = resolve_device(device)
         self.trained.model.to(self.device).eval()
+        self.default = default or model_default_method("", trained.folder_config)
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto") -> DocClassifier:
-        """Load a checkpoint written by ``docclass fit`` (no pickle executed)."""
-        return cls(load_classifier(path), device)
+        """Load a checkpoint written by ``docclass fit``, a folder written by ``docclass
+        export``, or such a folder's hub id (``owner/name[@revision]``); no pickle executed.
+        Word scores default to the method the model's own faithfulness measurements trust
+        most (:attr:`default_method`)."""
+        trained = load_classifier(path)
+        return cls(trained, device, model_default_method(path, trained.folder_config))
+
+    @property
+    def default_method(self) -> str:
+        """The word-score method ``predict`` uses unless told otherwise; ``default_reason``
+        says why."""
+        return self.default.method
+
+    @property
+    def default_reason(self) -> str:
+        return self.default.reason
 
     @property
     def labels(self) -> list[str]:
@@ -151,18 +219,26 @@ class DocClassifier:
         texts: str | Sequence[str],
         batch_size: int = 64,
         top_words: int = 0,
-        word_attention: bool = False,
+        word_scores: bool = False,
+        method: str | None = None,
     ) -> list[dict[str, Any]]:
-        """``[{label, score, probs, truncated[, top_words][, words, spans, attention]}]``.
+        """``[{label, score, probs, truncated[, method, top_words][, words, spans, scores]}]``.
 
         One result per text, in order; a single string is treated as one document (a
-        one-element list comes back). ``word_attention`` adds every word read with its pool
-        attention.
+        one-element list comes back). ``word_scores`` adds every word read with its score;
+        ``top_words`` the K highest. Scores come from ``method`` (attention, contribution,
+        rollout, grad_input), by default :attr:`default_method`; each result names it.
         """
         if isinstance(texts, str):
             texts = [texts]
         return classify_texts(
-            self.trained, list(texts), batch_size, top_words, self.device, word_attention
+            self.trained,
+            list(texts),
+            batch_size,
+            top_words,
+            self.device,
+            word_scores,
+            method or self.default_method,
         )
 
     def explain(self, text: str, all_classes: bool = False) -> dict[str, Any]:

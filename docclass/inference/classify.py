@@ -31,7 +31,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
@@ -176,13 +176,18 @@ def classify_documents(
     batch_size: int = 64,
     top_words: int = 0,
     chunk: int = CHUNK_DOCUMENTS,
+    method: str | None = None,
 ) -> Iterator[dict[str, Any]]:
     """One output row per input document, in order, ``chunk`` documents in memory at a time."""
     pending: list[InputDocument] = []
 
     def flush() -> Iterator[dict[str, Any]]:
         texts = [d.text for d in pending if d.error is None and d.text and d.text.strip()]
-        results = iter(classifier.predict(texts, batch_size, top_words)) if texts else iter(())
+        results = (
+            iter(classifier.predict(texts, batch_size, top_words, method=method))
+            if texts
+            else iter(())
+        )
         for document in pending:
             row: dict[str, Any] = {"id": document.id}
             if document.error is not None:
@@ -210,7 +215,7 @@ class RowWriter:
         self.handle, self.kind, self.labels = handle, kind, labels
         if kind == "csv":
             self.fields = ["id", "label", "score", *(f"prob_{n}" for n in labels)]
-            self.fields += ["truncated", "top_words", "warning", "error"]
+            self.fields += ["truncated", "method", "top_words", "warning", "error"]
             self.csv = csv.DictWriter(handle, self.fields, extrasaction="ignore")
             self.csv.writeheader()
 
@@ -222,9 +227,7 @@ class RowWriter:
         for name, p in (row.get("probs") or {}).items():
             flat[f"prob_{name}"] = p
         if row.get("top_words"):
-            flat["top_words"] = " ".join(
-                f"{w['word']}:{w['attention']:.4f}" for w in row["top_words"]
-            )
+            flat["top_words"] = " ".join(f"{w['word']}:{w['score']:.4f}" for w in row["top_words"])
         self.csv.writerow(flat)
 
 
@@ -242,6 +245,7 @@ def run_classify(
     batch_size: int = 64,
     device: str = "auto",
     progress: bool | None = None,
+    method: str | None = None,
 ) -> dict[str, int]:
     """What ``docclass classify`` runs. Returns counts: documents, errors, warnings, truncated."""
     from tqdm import tqdm
@@ -257,7 +261,7 @@ def run_classify(
     try:
         writer = RowWriter(handle, kind, classifier.labels)
         documents = read_inputs(inputs, text_column)
-        rows = classify_documents(classifier, documents, batch_size, top_words)
+        rows = classify_documents(classifier, documents, batch_size, top_words, method=method)
         for row in tqdm(rows, desc="classifying", unit="doc", disable=not show, file=sys.stderr):
             writer.write(row)
             counts["documents"] += 1
@@ -282,22 +286,28 @@ def classify_command(
     device: str = "auto",
     strict: bool = False,
     progress: bool | None = None,
+    method: Literal["attention", "contribution", "rollout", "grad_input"] | None = None,
 ) -> dict[str, int]:
     """Classify documents in bulk: one output row per input document, in order.
 
     Args:
         inputs: files, folders (recursive), globs, '-' (stdin, one document per line), or
             CSV / JSONL / Parquet tables (one document per row).
-        ckpt: checkpoint written by 'docclass fit'.
+        ckpt: checkpoint written by 'docclass fit', a folder written by 'docclass export', or
+            its hub id (owner/name[@revision]).
         out: output file: .csv for CSV, else JSON Lines (default: standard output).
         text_column: text column of table inputs.
-        top_words: add the K words with the most pool attention to each row.
+        top_words: add the K words with the highest word scores to each row.
         batch_size: documents per forward pass.
         device: auto (CUDA if available), cpu, cuda.
         strict: exit with status 1 if any document got an error.
         progress: progress bar on stderr (default: when stderr is a terminal).
+        method: the word-score method of --top_words (default: the one the model's own
+            faithfulness measurements trust most).
     """
-    counts = run_classify(ckpt, inputs, out, text_column, top_words, batch_size, device, progress)
+    counts = run_classify(
+        ckpt, inputs, out, text_column, top_words, batch_size, device, progress, method
+    )
     print(
         f"classified {counts['documents'] - counts['errors']} of {counts['documents']} documents"
         f" ({counts['errors']} errors, {counts['warnings']} warnings, "

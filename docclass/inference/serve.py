@@ -4,11 +4,14 @@
     curl -s localhost:8000/predict -H 'content-type: application/json' \\
          -d '{"texts": ["Shares rose after the results..."]}'
 
-``POST /predict`` takes ``{"texts": [...], "word_attention": true, "top_words": 0}`` and answers
-``{"results": [...]}``: one result per text, in order, as ``DocClassifier.predict`` gives it
-(``label, score, probs, truncated`` and, unless ``word_attention`` is false, the words read with
-their pool attention), or ``{label: null, score: null, error}`` for a text with nothing to
-classify. ``GET /health`` answers ``ok`` once the model is loaded; ``GET /info`` names the labels.
+``POST /predict`` takes ``{"texts": [...], "word_scores": true, "method": null, "top_words": 0}``
+and answers ``{"results": [...]}``: one result per text, in order, as ``DocClassifier.predict``
+gives it (``label, score, probs, truncated`` and, unless ``word_scores`` is false, the words
+read with their scores and the ``method`` that gave them: the model's most faithful one unless
+the request names another), or ``{label: null, score: null, error}`` for a text with nothing to
+classify. ``GET /health`` answers ``ok`` once the model is loaded; ``GET /info`` names the labels
+and the default method with the reason it was chosen. A body sent without a JSON content type
+(``curl -d``) is read as JSON all the same.
 
 LitServe runs the model in its own worker process and gathers concurrent requests into one
 model call (``--max-batch-size``, ``--batch-timeout``); the texts of a call are then grouped by
@@ -37,6 +40,7 @@ from docclass.errors import ConfigError
 # A request is classified as a unit: this bounds the work one client can put in one batch.
 MAX_TEXTS_PER_REQUEST = 256
 MAX_TOP_WORDS = 100
+Method = Literal["attention", "contribution", "rollout", "grad_input"]
 # What LitServe accepts: this machine only, or every IPv4 / IPv6 interface.
 Host = Literal["127.0.0.1", "0.0.0.0", "::"]
 
@@ -62,7 +66,8 @@ class PredictRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     texts: list[StrictStr] = Field(min_length=1, max_length=MAX_TEXTS_PER_REQUEST)
-    word_attention: StrictBool = True
+    word_scores: StrictBool = True
+    method: Method | None = None  # None: the model's default (most faithful) method
     top_words: int = Field(default=0, ge=0, le=MAX_TOP_WORDS, strict=True)
 
 
@@ -102,20 +107,27 @@ class ClassifierAPI(litserve.LitAPI):
         # Without batching LitServe hands over one request; with it, a list of them.
         single = isinstance(requests, PredictRequest)
         batch = [requests] if single else requests
-        texts = [text for request in batch for text in request.texts]
-        # One model call for every text in the batch; options differ per request, so compute
-        # the most any request asked for and trim per request below.
-        results = self.classifier.predict(
-            texts,
-            batch_size=self.batch_size,
-            top_words=max(request.top_words for request in batch),
-            word_attention=any(request.word_attention for request in batch),
-        )
-        answers, start = [], 0
-        for request in batch:
-            own = results[start : start + len(request.texts)]
-            start += len(request.texts)
-            answers.append([_trim(result, request) for result in own])
+        answers: list[Any] = [None] * len(batch)
+        default = self.classifier.default_method
+        by_method: dict[str, list[int]] = {}
+        for position, request in enumerate(batch):
+            by_method.setdefault(request.method or default, []).append(position)
+        # One model call per method asked for; options differ per request, so compute the most
+        # any request asked for and trim per request below.
+        for method, positions in by_method.items():
+            group = [batch[p] for p in positions]
+            results = self.classifier.predict(
+                [text for request in group for text in request.texts],
+                batch_size=self.batch_size,
+                top_words=max(request.top_words for request in group),
+                word_scores=any(request.word_scores for request in group),
+                method=method,
+            )
+            start = 0
+            for position, request in zip(positions, group, strict=True):
+                own = results[start : start + len(request.texts)]
+                start += len(request.texts)
+                answers[position] = [_trim(result, request) for result in own]
         return answers[0] if single else answers
 
     def unbatch(self, outputs: list[Any]) -> list[Any]:
@@ -130,13 +142,15 @@ def _trim(result: dict[str, Any], request: PredictRequest) -> dict[str, Any]:
     if "error" in result:
         return result
     result = dict(result)
-    if not request.word_attention:
-        for key in ("words", "spans", "attention"):
+    if not request.word_scores:
+        for key in ("words", "spans", "scores"):
             result.pop(key, None)
     if request.top_words:
         result["top_words"] = result["top_words"][: request.top_words]
     else:
         result.pop("top_words", None)
+    if not (request.word_scores or request.top_words):
+        result.pop("method", None)
     return result
 
 
@@ -155,6 +169,26 @@ def _validation_message(errors: list[dict[str, Any]]) -> str:
     )
 
 
+class JsonBodies:
+    """ASGI middleware: a ``POST /predict`` body is JSON whatever its content type says.
+
+    ``curl -d '{"texts": [...]}'`` labels its body ``application/x-www-form-urlencoded``, and
+    FastAPI then refuses to read it as JSON. The body is the same bytes either way, and JSON is
+    the only thing /predict understands, so the label is set to what the endpoint reads.
+    """
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope.get("type") == "http" and scope.get("path") == "/predict":
+            headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-type"]
+            declared = [v for k, v in scope["headers"] if k.lower() == b"content-type"]
+            if not declared or b"json" not in declared[0].lower():
+                scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        await self.app(scope, receive, send)
+
+
 def _install_error_handlers(app) -> None:
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
@@ -163,12 +197,6 @@ def _install_error_handlers(app) -> None:
     async def validation_error(request, error: RequestValidationError) -> JSONResponse:
         errors = list(error.errors())
         message = _validation_message(errors)
-        if "json" not in request.headers.get("content-type", ""):
-            # FastAPI reads a body as JSON only when told so; without the header it is bytes.
-            message = (
-                "body is not marked as JSON; send the header "
-                f"'content-type: application/json' ({message})"
-            )
         return JSONResponse(
             status_code=422,
             content={
@@ -198,6 +226,7 @@ def _install_error_handlers(app) -> None:
 
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_middleware(JsonBodies)
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -238,10 +267,11 @@ def serve(
     timeout: PositiveFloat = 60.0,
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info",
 ) -> None:
-    """Serve a trained checkpoint over HTTP: POST /predict, GET /health, GET /info.
+    """Serve a trained model over HTTP: POST /predict, GET /health, GET /info.
 
     Args:
-        ckpt: checkpoint written by 'docclass fit'.
+        ckpt: checkpoint written by 'docclass fit', a folder written by 'docclass export', or
+            its hub id (owner/name[@revision]).
         host: interface to listen on (127.0.0.1: this machine only; 0.0.0.0 or :: open the
             server to the network, without authentication).
         port: 1024 to 65535.
@@ -254,14 +284,18 @@ def serve(
         timeout: seconds a request may wait (then 504).
         log_level: the server's log level.
     """
-    from docclass.data.artifact import read_artifact
+    from docclass.data.artifact import read_artifact, read_folder_config, resolve_model
+    from docclass.inference.model_facts import model_default_method
 
     if not 1024 <= port <= 65535:
         raise ConfigError(f"--port {port}: use a port from 1024 to 65535")
     if batch_timeout >= timeout:
         raise ConfigError("--batch_timeout must be shorter than --timeout")
-    # Fail here, in one line, before worker processes start and each trip over the same file.
-    artifact = read_artifact(ckpt)
+    # Fail here, in one line, before worker processes start and each trip over the same file;
+    # a hub id is downloaded once, here, and the workers read the local copy.
+    local = resolve_model(ckpt)
+    artifact = read_artifact(local)
+    default = model_default_method(local, read_folder_config(local) if local.is_dir() else {})
     accelerator = accelerator_of(device)
     check_port_free(host, port)
     if host != "127.0.0.1":
@@ -269,7 +303,7 @@ def serve(
             "serving on %s: reachable from other machines; there is no authentication", host
         )
     server = litserve.LitServer(
-        ClassifierAPI(ckpt, batch_size, max_batch_size, batch_timeout),
+        ClassifierAPI(str(local), batch_size, max_batch_size, batch_timeout),
         accelerator=accelerator,
         devices="auto" if accelerator != "cpu" else 1,
         workers_per_device=workers,
@@ -280,6 +314,8 @@ def serve(
             "labels": list(artifact["label_names"]),
             "max_tokens": artifact.get("max_tokens"),
             "max_texts_per_request": MAX_TEXTS_PER_REQUEST,
+            "default_method": default.method,
+            "default_method_reason": default.reason,
         },
     )
     _install_error_handlers(server.app)

@@ -11,8 +11,9 @@ import pytest
 
 import docclass
 from docclass.cli import main
-from docclass.errors import CheckpointError
+from docclass.errors import CheckpointError, ConfigError
 from docclass.inference.classify import read_inputs
+from docclass.interpret.default_method import default_method
 
 LONG = "The striker scored twice in the second half and the crowd roared. " * 40
 
@@ -172,21 +173,37 @@ def test_explain_gives_the_report_record(ckpt):
     assert record["words"][0] == "Shares" and "contribution" in record["scores"]
 
 
-def test_word_attention_matches_the_reports_pool_attention(ckpt):
-    """Two code paths (predict's per-word sums, explain's) must give the same words and weights."""
+@pytest.mark.parametrize("method", ["attention", "contribution", "rollout", "grad_input"])
+def test_word_scores_match_the_reports_record(ckpt, method):
+    """Two code paths (predict's per-word sums, explain's) must give the same words and scores,
+    for every method an API call may ask for."""
     clf = docclass.DocClassifier.load(ckpt, device="cpu")
     texts = ["Shares rose after profits beat forecasts; the bank's chief said so.", LONG]
-    results = clf.predict(texts, word_attention=True, top_words=3)
+    results = clf.predict(texts, word_scores=True, top_words=3, method=method)
     for text, result in zip(texts, results, strict=True):
         record = clf.explain(text)
         read = record["words_read"]
+        assert result["method"] == method
         assert result["words"] == record["words"][:read]
         assert [text[s:e] for s, e in result["spans"]] == result["words"]
-        assert result["attention"] == pytest.approx(record["scores"]["attention"][:read], abs=1e-5)
-        assert sum(result["attention"]) == pytest.approx(1.0, abs=1e-4)
-        best = max(range(len(result["attention"])), key=result["attention"].__getitem__)
+        assert result["scores"] == pytest.approx(record["scores"][method][:read], abs=1e-5)
+        best = max(range(len(result["scores"])), key=result["scores"].__getitem__)
         assert result["top_words"][0]["word"] == result["words"][best]
     assert results[1]["truncated"] and len(results[1]["words"]) < len(LONG.split())
+
+
+def test_word_scores_default_to_the_method_the_models_report_trusts(ckpt, tmp_path):
+    """The default is the run's own faithfulness verdict, not a fixed method."""
+    clf = docclass.DocClassifier.load(ckpt, device="cpu")
+    table = json.loads((ckpt.parents[1] / "report" / "report.json").read_text())["faithfulness"]
+    assert clf.default_method == default_method(table["methods"], table["documents"]).method
+    result = clf.predict("Shares rose after profits beat forecasts.", word_scores=True)[0]
+    assert result["method"] == clf.default_method
+    # Without a measured table, class contribution, saying so.
+    bare = docclass.DocClassifier(clf.trained, device="cpu")
+    assert bare.default_method == "contribution" and "not measured" in bare.default_reason
+    with pytest.raises(ConfigError, match="method 'lime'"):
+        clf.predict("text", word_scores=True, method="lime")
 
 
 @pytest.mark.fault(

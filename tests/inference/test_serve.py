@@ -62,6 +62,8 @@ def test_health_and_info(server, local):
     assert status == 200
     assert info["model"]["labels"] == local.labels
     assert info["model"]["max_texts_per_request"] == MAX_TEXTS_PER_REQUEST
+    assert info["model"]["default_method"] == local.default_method
+    assert info["model"]["default_method_reason"] == local.default_reason
 
 
 def test_predict_round_trip_equals_python_api(server, local):
@@ -70,42 +72,48 @@ def test_predict_round_trip_equals_python_api(server, local):
     assert status == 200
     results = body["results"]
     assert len(results) == len(texts)  # every text gets a result, in order
-    expected = local.predict(texts, word_attention=True)
+    expected = local.predict(texts, word_scores=True)
     for text, served, wanted in zip(texts, results, expected, strict=True):
         if "error" in wanted:
             assert served == wanted
             assert not text.strip()
             continue
         assert_same_result(served, wanted)
+        # Word scores by default, from the model's most faithful method, named.
+        assert served["method"] == local.default_method
         assert served["words"] == wanted["words"]
         assert served["spans"] == wanted["spans"]
-        # The words are the text's own characters at their spans, with one weight each.
+        # The words are the text's own characters at their spans, with one score each.
         assert [text[s:e] for s, e in served["spans"]] == served["words"]
-        assert len(served["attention"]) == len(served["words"])
-        assert sum(served["attention"]) == pytest.approx(1.0, abs=1e-4)
-        assert served["attention"] == pytest.approx(wanted["attention"], abs=1e-4)
+        assert len(served["scores"]) == len(served["words"])
+        assert served["scores"] == pytest.approx(wanted["scores"], abs=1e-4)
     assert "empty document" in results[len(TEXTS)]["error"]
 
 
 def test_options_are_honoured_per_request(server):
-    status, body = post_json(server, {"texts": TEXTS[:2], "word_attention": False, "top_words": 2})
+    body = {"texts": TEXTS[:2], "word_scores": False, "top_words": 2, "method": "attention"}
+    status, body = post_json(server, body)
     assert status == 200
     for result in body["results"]:
-        assert "words" not in result and "attention" not in result
+        assert "words" not in result and "scores" not in result
+        assert result["method"] == "attention"
         assert len(result["top_words"]) == 2
         first, second = result["top_words"]
-        assert first["attention"] >= second["attention"]
+        assert first["score"] >= second["score"]
+    status, body = post_json(server, {"texts": TEXTS[:1], "word_scores": False})
+    assert "method" not in body["results"][0] and "top_words" not in body["results"][0]
 
 
 def test_concurrent_requests_each_get_their_own_answer(server, local):
     """Many clients at once: batched together by the server, answered separately."""
-    expected = local.predict(TEXTS)
+    methods = [None, "attention", "grad_input", "rollout"]
+    expected = {method: local.predict(TEXTS, word_scores=True, method=method) for method in methods}
 
     def ask(i: int):
-        # Each client asks about a different slice, with different options, so an answer
-        # delivered to the wrong request, or trimmed for another's options, shows.
+        # Each client asks about a different slice, with different options and methods, so an
+        # answer delivered to the wrong request, or trimmed or scored for another's, shows.
         texts = TEXTS[i % len(TEXTS) :]
-        options = {"word_attention": i % 2 == 0, "top_words": i % 3}
+        options = {"word_scores": i % 2 == 0, "top_words": i % 3, "method": methods[i % 4]}
         return i, texts, options, post_json(server, {"texts": texts, **options})
 
     with ThreadPoolExecutor(8) as pool:
@@ -116,8 +124,12 @@ def test_concurrent_requests_each_get_their_own_answer(server, local):
         assert len(results) == len(texts)
         offset = TEXTS.index(texts[0])
         for j, result in enumerate(results):
-            assert_same_result(result, expected[offset + j])
-            assert ("words" in result) == options["word_attention"], i
+            wanted = expected[options["method"]][offset + j]
+            assert_same_result(result, wanted)
+            assert ("words" in result) == options["word_scores"], i
+            if options["word_scores"]:
+                assert result["method"] == wanted["method"], i
+                assert result["scores"] == pytest.approx(wanted["scores"], abs=1e-4), i
             assert len(result.get("top_words", [])) == options["top_words"], i
 
 
@@ -126,9 +138,9 @@ def test_a_batch_of_requests_is_answered_request_by_request(local):
     api = ClassifierAPI("unused.ckpt")
     api.classifier = local  # what setup() loads, without its process-wide signal handling
     requests = [
-        PredictRequest(texts=TEXTS[:2], word_attention=False, top_words=1),
-        PredictRequest(texts=[" "]),
-        PredictRequest(texts=TEXTS[2:], top_words=3),
+        PredictRequest(texts=TEXTS[:2], word_scores=False, top_words=1),
+        PredictRequest(texts=[" "], method="rollout"),
+        PredictRequest(texts=TEXTS[2:], top_words=3, method="attention"),
     ]
     answers = api.unbatch(api.predict(api.batch(requests)))
     assert [len(answer) for answer in answers] == [2, 1, len(TEXTS) - 2]
@@ -136,6 +148,8 @@ def test_a_batch_of_requests_is_answered_request_by_request(local):
     assert all("words" not in r and len(r["top_words"]) == 1 for r in first)
     assert "error" in empty[0]
     assert all("words" in r and len(r["top_words"]) == 3 for r in last)
+    assert {r["method"] for r in first} == {local.default_method}
+    assert {r["method"] for r in last} == {"attention"}
     alone = [api.predict(request) for request in requests]  # unbatched: one request at a time
     for batched, single in zip(answers, alone, strict=True):
         for a, b in zip(batched, single, strict=True):
@@ -144,8 +158,8 @@ def test_a_batch_of_requests_is_answered_request_by_request(local):
                 assert_same_result(a, b)
                 top_a, top_b = a.get("top_words", []), b.get("top_words", [])
                 assert [w["word"] for w in top_a] == [w["word"] for w in top_b]
-                assert [w["attention"] for w in top_a] == pytest.approx(
-                    [w["attention"] for w in top_b], abs=1e-4
+                assert [w["score"] for w in top_a] == pytest.approx(
+                    [w["score"] for w in top_b], abs=1e-4
                 )
     assert api.encode_response(answers[0]) == {"results": answers[0]}
 
@@ -158,7 +172,8 @@ BAD_BODIES = [
     (b'{"texts": []}', "texts: List should have at least 1 item"),
     (b'{"text": ["a typo in the field name"]}', "texts: Field required"),
     (b'{"texts": ["a"], "top_words": -1}', "top_words"),
-    (b'{"texts": ["a"], "word_attention": "yes"}', "word_attention"),
+    (b'{"texts": ["a"], "word_scores": "yes"}', "word_scores"),
+    (b'{"texts": ["a"], "method": "lime"}', "method"),
     (b"[]", "body: Input should be a valid dictionary"),
     (
         json.dumps({"texts": ["a"] * (MAX_TEXTS_PER_REQUEST + 1)}).encode(),
@@ -182,8 +197,8 @@ def test_bad_bodies_get_422_with_a_one_line_message(server, body, message):
 
 
 @pytest.mark.fault(
-    "server: body without `content-type: application/json`",
-    "422 saying which header to send",
+    "server: JSON body without `content-type: application/json` (`curl -d`)",
+    "read as JSON: 200, the same answer",
 )
 @pytest.mark.fault(
     "server: body that is not UTF-8",
@@ -197,10 +212,11 @@ def test_non_utf8_body_is_explained(server):
     assert post_json(server, {"texts": ["café"]})[0] == 200  # still serving
 
 
-def test_body_without_json_content_type_is_explained(server):
-    status, answer = request(server, "POST", "/predict", b'{"texts": ["a"]}', {})
-    assert status == 422
-    assert "content-type: application/json" in answer["error"]
+def test_json_body_without_json_content_type_is_read_as_json(server):
+    body = json.dumps({"texts": TEXTS[:2]}).encode()
+    wanted = post_json(server, {"texts": TEXTS[:2]})
+    for headers in ({}, {"content-type": "application/x-www-form-urlencoded"}):
+        assert request(server, "POST", "/predict", body, headers) == wanted, headers
 
 
 @pytest.mark.fault(
