@@ -142,7 +142,9 @@ def _load_with_datasets(spec: SourceSpec) -> datasets.DatasetDict:
 
 
 def _standardise(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> datasets.Dataset:
-    """Keep ``text`` and ``label`` (renamed from the configured columns) and add ``id``."""
+    """Keep ``text`` and ``label`` (renamed from the configured columns) and ``id``: the
+    source's own id column when it has one, else the row number (1 for the first row) of a
+    single file, or ``<split>/<index>`` for a dataset with splits."""
     wanted = [spec.text_column] + ([spec.label_column] if spec.label_column else [])
     missing = [c for c in wanted if c not in dataset.column_names]
     if missing:
@@ -157,7 +159,9 @@ def _standardise(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> dat
     dataset = dataset.select_columns([*keep] + (["id"] if has_id else []))
     dataset = dataset.rename_columns({k: v for k, v in keep.items() if k != v})
     if not has_id:
-        dataset = dataset.add_column("id", [f"{split}/{i}" for i in range(len(dataset))])
+        single_file = Path(spec.source).is_file()
+        ids = [str(i + 1) if single_file else f"{split}/{i}" for i in range(len(dataset))]
+        dataset = dataset.add_column("id", ids)
     elif dataset.features["id"].dtype != "string":
         dataset = dataset.cast_column("id", datasets.Value("string"))
     return dataset

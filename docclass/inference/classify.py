@@ -42,6 +42,8 @@ TABLE_SUFFIXES = {".csv", ".jsonl", ".parquet"}
 # Sniffing this much of a file is enough to tell text from binary.
 SNIFF_BYTES = 8192
 CHUNK_DOCUMENTS = 1024
+# A table column that names its rows; output rows carry it as their id.
+ID_COLUMN = "id"
 
 
 @dataclass
@@ -120,7 +122,10 @@ def _table_rows(path: Path, text_column: str) -> Iterator[InputDocument]:
 def _row_document(
     path: Path, number: int, row: dict, text_column: str, columns: Iterable[str] | None
 ) -> InputDocument:
-    doc_id = f"{path}:{number}"
+    # The table's own id when it has one, so output rows join back to the input; else where
+    # the row is (the file and its row number, the first row being 1).
+    own_id = row.get(ID_COLUMN)
+    doc_id = str(own_id) if own_id not in (None, "") else f"{path}:{number}"
     value = row.get(text_column)
     if value is None:
         return InputDocument(

@@ -80,9 +80,12 @@ def _documents_from_source(
         SourceSpec(source=source, text_column=text_column, label_column=label_column)
     )
     chosen = split if split in loaded.splits else "train"
-    if chosen != split:
-        log.info("%s has no %r split: explaining all %s documents", source, split, chosen)
     dataset = loaded.splits[chosen]
+    if Path(source).is_file():
+        # One file has no splits: every row is explained, whatever --split says.
+        chosen = "all rows"
+    elif chosen != split:
+        log.info("%s has no %r split: explaining all %s documents", source, split, chosen)
     if "label" in dataset.column_names:
         names = loaded.label_names
         labels = [names[v] if names else str(v) for v in dataset["label"]]

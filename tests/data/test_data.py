@@ -382,3 +382,21 @@ def test_epoch_shuffle_sampler_replays_random_sampler_from_any_epoch():
         resumed = EpochShuffleSampler(37, seed=5)  # a fresh process, as after a restart
         resumed.set_epoch(epoch)
         assert list(resumed) == order
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_a_single_file_names_rows_by_its_id_column_else_by_row_number(tmp_path, suffix):
+    """Ids a user can find in the file: their own, else the row's number (first row: 1)."""
+    rows = [{"text": "first text", "label": "a"}, {"text": "second text", "label": "b"}]
+    plain, with_ids = tmp_path / f"plain{suffix}", tmp_path / f"ids{suffix}"
+    if suffix == ".jsonl":
+        plain.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        with_ids.write_text(
+            "".join(json.dumps({"id": f"doc-{i}", **row}) + "\n" for i, row in enumerate(rows))
+        )
+    else:
+        plain.write_text("text,label\nfirst text,a\nsecond text,b\n")
+        with_ids.write_text("id,text,label\n17,first text,a\nx9,second text,b\n")
+    assert load_source(SourceSpec(str(plain))).splits["train"]["id"] == ["1", "2"]
+    expected = ["doc-0", "doc-1"] if suffix == ".jsonl" else ["17", "x9"]
+    assert load_source(SourceSpec(str(with_ids))).splits["train"]["id"] == expected

@@ -110,6 +110,14 @@ def test_every_input_kind_and_bad_input_gets_one_row_in_order(monkeypatch, capsy
     assert len(top) == 2 and all(text[w["start"] : w["end"]] == w["word"] for w in top)
 
 
+def test_table_rows_keep_their_own_ids(monkeypatch, capsys, ckpt, tmp_path):
+    table = tmp_path / "named.csv"
+    table.write_text("id,body\nA-17,Shares rose after profits.\n,Film wins award.\n")
+    out, _ = run_classify(monkeypatch, capsys, ckpt, [str(table)])
+    ids = [json.loads(line)["id"] for line in out.splitlines()]
+    assert ids == ["A-17", f"{table}:2"]  # an empty id falls back to the row number
+
+
 def test_csv_output_parses_with_a_column_per_class(monkeypatch, capsys, ckpt, inputs, tmp_path):
     out_file = tmp_path / "out.csv"
     run_classify(monkeypatch, capsys, ckpt, [*arguments(inputs), "--out", str(out_file)])
