@@ -12,7 +12,7 @@ PIP_FLAGS := $(if $(WHEELS),--find-links $(WHEELS),)
 CHROMIUM := $(shell command -v chromium 2>/dev/null)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: demo test test-full lint format seeds report-speed report-cap classify-memory serve-load batching-speed bench long-documents planted-keyword faithfulness streaming-speed encoder-speed corpora browser clean
+.PHONY: demo test test-full lint format seeds inference-options report-speed report-cap classify-memory serve-load batching-speed bench long-documents planted-keyword faithfulness streaming-speed encoder-speed corpora browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,10 @@ report-speed: $(STAMP)  ## time the HTML report of the BBC test split (needs `ma
 classify-memory: $(STAMP)  ## peak memory of `docclass classify` as the corpus grows (after `make demo`)
 	$(BIN)/python -m scripts.classify_memory --ckpt reports/bbc/checkpoints/last.ckpt \
 		--sizes 2000 20000 200000 --out reports/classify-memory.json
+
+inference-options: $(STAMP)  ## classify on CPU: float32 vs torch.compile, int8, bf16, beside TF-IDF+SVM and fastText (after `make demo`; ~3 min)
+	$(BIN)/python -m pip install --quiet $(PIP_FLAGS) -e ".[bench]"
+	$(BIN)/python -m scripts.inference_options --ckpt reports/bbc/checkpoints/last.ckpt --out reports/inference-options
 
 bench: $(STAMP)  ## docclass vs nn.TransformerEncoder and vs transformers' BERT, inference, anchors (after `make demo`; ~9 min)
 	$(BIN)/python -m pip install --quiet $(PIP_FLAGS) -e ".[bench]"
