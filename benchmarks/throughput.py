@@ -376,10 +376,11 @@ def inference_options(
     results = {}
     for name, times in seconds.items():
         predicted = [names[i] for i in probs[name].argmax(dim=-1).tolist()]
+        right = sum(p == t for p, t in zip(predicted, labels, strict=True))
         results[name] = {
             "documents_per_s": round(len(texts) / statistics.median(times), 1),
             "speed_vs_float32": round(base_s / statistics.median(times), 2),
-            "accuracy": round(sum(p == t for p, t in zip(predicted, labels)) / len(labels), 4),
+            "accuracy": round(right / len(labels), 4),
             "max_probability_difference": float((probs[name] - reference).abs().max()),
         }
     return {"documents": len(texts), "compile_s": round(compile_s, 1), "options": results}
