@@ -44,6 +44,12 @@ def run_facts(ckpt: str, run_dir: Path | None) -> dict[str, Any]:
         }
     if metrics.get("data"):
         facts["data"] = metrics["data"]
+    data_settings = (metrics.get("config") or {}).get("data") or {}
+    if data_settings:
+        facts["split"] = {
+            key: data_settings.get(key)
+            for key in ("split_seed", "val_fraction", "test_fraction", "val_split", "split_file")
+        }
     model_settings = (metrics.get("config") or {}).get("model") or {}
     if model_settings.get("encoder"):
         facts["started_from"] = model_settings["encoder"]

@@ -16,7 +16,7 @@ from typing import Any
 from docclass.interpret.records import HEAD_PREFIX, REMOVAL_LABELS, method_label
 
 USAGE = [
-    "from docclass import DocClassifier  # pip install docclass",
+    "from docclass import DocClassifier",
     "",
     'classifier = DocClassifier.load("this-folder-or-owner/name")',
     'classifier.predict(["some document text"], word_scores=True)',
@@ -159,6 +159,20 @@ def _limits_section(facts: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _split_sentence(split: dict[str, Any]) -> str:
+    if split.get("split_file"):
+        return f"The split was read from `{_cell(split['split_file'])}`."
+    if split.get("val_split"):
+        return "Validation and test are the source's own splits."
+    if split.get("split_seed") is None:
+        return ""
+    return (
+        f"Validation ({100 * (split.get('val_fraction') or 0):.0f} %) and test "
+        f"({100 * (split.get('test_fraction') or 0):.0f} %) were held out at random, split seed "
+        f"{split['split_seed']}."
+    )
+
+
 def model_card(facts: dict[str, Any]) -> str:
     """``README.md`` text for a model folder. ``facts``: name, labels, max_tokens, started_from,
     data, test, spread, faithfulness (removal → table), default_method, license, language,
@@ -191,7 +205,7 @@ def model_card(facts: dict[str, Any]) -> str:
             f"{data.get('train_documents', '?')} training, {data.get('val_documents', '?')} "
             f"validation and {data.get('test_documents', '?')} test documents after removing "
             f"{data.get('duplicates_removed', 0)} duplicates (a duplicate never straddles two "
-            "splits)."
+            f"splits). {_split_sentence(facts.get('split') or {})}"
         )
     else:
         lines.append("Not recorded.")

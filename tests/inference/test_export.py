@@ -86,7 +86,7 @@ def test_model_card_states_what_the_run_measured(exported, fitted):
     report = json.loads((fitted / "report" / "report.json").read_text())
     table = report["faithfulness"]["methods"]
     config = json.loads((exported / "config.json").read_text())
-    assert config["default_method"]["reason"] in card
+    assert config["default_method"]["reason"][1:] in card  # its first letter capitalised
     assert f"| class contribution | {table['contribution']['comprehensiveness']:.3f} |" in card
     assert "attention_head" not in card and "head 0" not in card  # views, not methods
     assert "first **64 tokens**" in card
