@@ -34,9 +34,12 @@ def skewed_corpus(path):
     return path
 
 
-def test_balanced_weights_are_inverse_class_shares_and_reach_the_training_loss(tmp_path):
+@pytest.mark.parametrize(("setting", "power"), [("balanced", 1.0), ("sqrt", 0.5)])
+def test_class_weights_are_inverse_class_shares_and_reach_the_training_loss(
+    tmp_path, setting, power
+):
     cli = built(
-        "--model.class_weights", "balanced", "--trainer.default_root_dir", str(tmp_path),
+        "--model.class_weights", setting, "--trainer.default_root_dir", str(tmp_path),
         "--data.source", str(skewed_corpus(tmp_path / "skewed.jsonl")),
         "--data.max_docs_per_class", "null",
     )  # fmt: skip
@@ -44,9 +47,9 @@ def test_balanced_weights_are_inverse_class_shares_and_reach_the_training_loss(t
     module.setup("fit")
     labels = torch.as_tensor(datamodule.splits["train"]["label"])
     counts = torch.bincount(labels, minlength=datamodule.num_classes).float()
-    expected = len(labels) / (datamodule.num_classes * counts)
+    expected = (len(labels) / (datamodule.num_classes * counts)) ** power
     torch.testing.assert_close(module.loss_weights, expected)
-    assert expected.max() > 3 * expected.min()
+    assert expected.max() / expected.min() > 3**power
     # The loss training_step returns is the weighted one (eval mode: no dropout to differ).
     module.eval()
     module.log = lambda *args, **kwargs: None  # no trainer loop is running to log into
@@ -68,6 +71,9 @@ def test_weights_follow_a_skewed_split():
     from docclass.train.lit_module import balanced_class_weights
 
     torch.testing.assert_close(balanced_class_weights(Skewed()), torch.tensor([0.5, 2.0, 2.0]))
+    # Square root: a class 4 times rarer weighs 2 times more.
+    root = balanced_class_weights(Skewed(), power=0.5)
+    torch.testing.assert_close(root, torch.tensor([0.5, 2.0, 2.0]).sqrt())
 
 
 def test_balanced_weights_refused_for_a_streamed_training_set():
