@@ -85,3 +85,23 @@ def test_balanced_weights_refused_for_a_streamed_training_set():
 
     with pytest.raises(ConfigError, match="streamed training set"):
         balanced_class_weights(Streamed())
+
+
+def test_auto_weighs_only_an_imbalanced_corpus(tmp_path):
+    """auto: square-root weights when the largest class is 3× the smallest or more, else none
+    (a balanced corpus trains exactly as unweighted)."""
+    skewed = built(
+        "--model.class_weights", "auto", "--trainer.default_root_dir", str(tmp_path),
+        "--data.source", str(skewed_corpus(tmp_path / "skewed.jsonl")),
+        "--data.max_docs_per_class", "null",
+    )  # fmt: skip
+    skewed.model.setup("fit")
+    labels = torch.as_tensor(skewed.datamodule.splits["train"]["label"])
+    counts = torch.bincount(labels).float()
+    assert counts.max() >= 3 * counts.min()
+    torch.testing.assert_close(skewed.model.loss_weights, (len(labels) / (3 * counts)).sqrt())
+    balanced = built("--model.class_weights", "auto", "--trainer.default_root_dir", str(tmp_path))
+    balanced.model.setup("fit")
+    counts = torch.bincount(torch.as_tensor(balanced.datamodule.splits["train"]["label"]))
+    assert counts.max() < 3 * counts.min()
+    assert balanced.model.loss_weights is None
