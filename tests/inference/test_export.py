@@ -177,6 +177,25 @@ def test_commands_take_a_folder(exported, tmp_path, monkeypatch, capsys):
     assert len(list((out / "docs").glob("*.html"))) == len(TEXTS)
 
 
+def test_server_serves_a_folder_with_its_recorded_method(exported, tmp_path):
+    from benchmarks.server import post_json, request, running_server
+
+    folder = _copy(exported, tmp_path)
+    # The folder's own record decides, whatever docclass would choose today: change it.
+    _edit_config(folder, lambda c: c.update(default_method={"method": "rollout", "reason": "r"}))
+    local = DocClassifier.load(folder, device="cpu")
+    assert local.default_method == "rollout"
+    with running_server(folder, extra_args=["--device", "cpu"]) as port:
+        status, info = request(port, "GET", "/info")
+        assert status == 200 and info["model"]["default_method"] == "rollout"
+        status, body = post_json(port, {"texts": TEXTS[:2]})
+    assert status == 200
+    expected = local.predict(TEXTS[:2], word_scores=True)
+    for served, wanted in zip(body["results"], expected, strict=True):
+        assert served["method"] == "rollout" and served["words"] == wanted["words"]
+        assert served["scores"] == pytest.approx(wanted["scores"], abs=1e-4)
+
+
 class LocalHub:
     """Stands in for the hub: ``HfApi``'s upload calls and ``snapshot_download``."""
 
