@@ -15,6 +15,7 @@ from typing import Any
 
 from docclass.errors import CheckpointError, one_line
 from docclass.interpret.default_method import DefaultMethod, default_method
+from docclass.interpret.records import RECORD_METHODS
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -59,6 +60,11 @@ def model_default_method(path: str | Path, folder_config: dict[str, Any]) -> Def
     unmeasured default."""
     recorded = folder_config.get("default_method")
     if isinstance(recorded, dict) and recorded.get("method"):
+        if recorded["method"] not in RECORD_METHODS:
+            raise CheckpointError(
+                f"{Path(path) / 'config.json'}: default_method {recorded['method']!r} is not "
+                f"one of {', '.join(RECORD_METHODS)}; export the model again"
+            )
         return DefaultMethod(recorded["method"], recorded.get("reason", ""))
     run_dir = run_dir_of(path)
     return choose_default(faithfulness_tables(run_dir / "report") if run_dir else {})

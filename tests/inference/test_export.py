@@ -143,12 +143,18 @@ BROKEN = [
     ("config mismatch", lambda f: _edit_config(f, _widen_model), "tensors do not fit config"),
     ("not docclass", lambda f: _edit_config(f, lambda c: c.update(model_type="bert")), "is not"),
     ("no tokenizer", lambda f: (f / "tokenizer.json").unlink(), "lacks tokenizer.json"),
+    (
+        "unknown method",
+        lambda f: _edit_config(f, lambda c: c.update(default_method={"method": "lime"})),
+        "config.json: default_method 'lime' is not one of",
+    ),
 ]
 
 
 @pytest.mark.fault(
     "model folder: weights replaced or damaged, unreadable safetensors header, label maps that "
-    "disagree, config that does not fit the tensors, not a docclass folder, missing file",
+    "disagree, config that does not fit the tensors, not a docclass folder, missing file, "
+    "unknown default word-score method",
     "one line naming the file (`docclass: error: …`), exit status 2; nothing predicted",
 )
 @pytest.mark.parametrize(("damage", "message"), [b[1:] for b in BROKEN], ids=[b[0] for b in BROKEN])
