@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -28,7 +28,7 @@ from docclass.interpret.default_method import UNMEASURED_DEFAULT, DefaultMethod
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.inputs import DocumentInput, batched, encode_documents, forward_batches
 from docclass.interpret.methods import BATCH_METHODS, scoring_pass
-from docclass.interpret.records import EMPTY_DOCUMENT, RECORD_METHODS
+from docclass.interpret.records import EMPTY_DOCUMENT
 from docclass.nn.model import DocumentClassifier
 from docclass.train.checkpoint import TrainedClassifier, load_classifier
 
@@ -41,8 +41,10 @@ def resolve_device(device: str) -> torch.device:
 
 
 # The methods an API call may ask for: the report's batch methods (integrated gradients needs
-# dozens of passes per document and stays in the report and ``docclass faithfulness``).
-API_METHODS = RECORD_METHODS
+# dozens of passes per document and stays in the report and ``docclass faithfulness``). The
+# Literal types the command-line flag and the server's request body.
+WordScoreMethod = Literal["attention", "contribution", "rollout", "grad_input"]
+API_METHODS = get_args(WordScoreMethod)
 # Read off the forward pass itself; the others need every block's attention or a backward pass.
 FORWARD_METHODS = ("attention", "contribution")
 

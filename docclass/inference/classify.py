@@ -31,11 +31,11 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any
 
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
-from docclass.inference.classifier import DocClassifier
+from docclass.inference.classifier import DocClassifier, WordScoreMethod
 from docclass.interpret.records import EMPTY_DOCUMENT
 
 TABLE_SUFFIXES = {".csv", ".jsonl", ".parquet"}
@@ -291,7 +291,7 @@ def classify_command(
     device: str = "auto",
     strict: bool = False,
     progress: bool | None = None,
-    method: Literal["attention", "contribution", "rollout", "grad_input"] | None = None,
+    method: WordScoreMethod | None = None,
 ) -> dict[str, int]:
     """Classify documents in bulk: one output row per input document, in order.
 

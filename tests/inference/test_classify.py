@@ -4,6 +4,7 @@ import csv
 import io
 import json
 from pathlib import Path
+from typing import get_args
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -12,8 +13,10 @@ import pytest
 import docclass
 from docclass.cli import main
 from docclass.errors import CheckpointError, ConfigError
+from docclass.inference.classifier import WordScoreMethod
 from docclass.inference.classify import read_inputs
 from docclass.interpret.default_method import default_method
+from docclass.interpret.records import RECORD_METHODS
 
 LONG = "The striker scored twice in the second half and the crowd roared. " * 40
 
@@ -181,7 +184,11 @@ def test_explain_gives_the_report_record(ckpt):
     assert record["words"][0] == "Shares" and "contribution" in record["scores"]
 
 
-@pytest.mark.parametrize("method", ["attention", "contribution", "rollout", "grad_input"])
+def test_api_calls_offer_every_method_a_record_holds():
+    assert get_args(WordScoreMethod) == RECORD_METHODS
+
+
+@pytest.mark.parametrize("method", RECORD_METHODS)
 def test_word_scores_match_the_reports_record(ckpt, method):
     """Two code paths (predict's per-word sums, explain's) must give the same words and scores,
     for every method an API call may ask for."""
