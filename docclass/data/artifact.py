@@ -65,9 +65,15 @@ def read_folder_config(folder: str | Path) -> dict[str, Any]:
     folder = Path(folder)
     missing = [name for name in MODEL_FOLDER_FILES if not (folder / name).is_file()]
     if missing:
+        run_checkpoint = folder / "checkpoints" / "last.ckpt"
+        hint = (
+            f"; this is a training run: pass {run_checkpoint}"
+            if run_checkpoint.is_file()
+            else " (written by 'docclass export')"
+        )
         raise CheckpointError(
             f"{folder}: lacks {', '.join(missing)}; a model folder holds "
-            f"{', '.join(MODEL_FOLDER_FILES)} (written by 'docclass export')"
+            f"{', '.join(MODEL_FOLDER_FILES)}{hint}"
         )
     path = folder / "config.json"
     try:

@@ -169,6 +169,13 @@ def test_a_folder_that_does_not_add_up_is_one_line(exported, tmp_path, capsys, d
     assert "\n" not in error
 
 
+def test_a_run_folder_points_to_its_checkpoint(fitted, capsys):
+    with pytest.raises(SystemExit):
+        main(["classify", "--ckpt", str(fitted), "-"])
+    error = capsys.readouterr().err.strip()
+    assert f"this is a training run: pass {fitted / 'checkpoints' / 'last.ckpt'}" in error
+
+
 def test_commands_take_a_folder(exported, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("sys.stdin", __import__("io").StringIO("\n".join(TEXTS[:3]) + "\n"))
     main(["classify", "--ckpt", str(exported), "-", "--top_words", "2"])
