@@ -503,3 +503,34 @@ def bench_markdown(figures: dict[str, Any]) -> str:
             f"| {row['model']} | {row['test_acc']} | {row['train']} | {row['documents_per_s']} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def classic_anchors(datamodule: DocDataModule) -> list[dict[str, Any]]:
+    """TF-IDF + linear SVM and (when installed) fastText on the data module's split: one row
+    each with ``model``, ``test_acc``, ``fit_s``, ``documents_per_s`` and the full ``figures``."""
+    from benchmarks.anchors import tfidf_svm_anchor
+
+    svm = tfidf_svm_anchor(datamodule)
+    rows = [
+        {
+            "model": "TF-IDF (1–2-grams) + linear SVM",
+            "test_acc": svm["test_acc"],
+            "fit_s": svm["fit_s"],
+            "documents_per_s": round(svm["test_documents_per_s"], 1),
+            "figures": svm,
+        }
+    ]
+    fast = fasttext_anchor(datamodule)
+    if fast is None:
+        print("fastText not installed (pip install -e '.[bench]'); its row is left out")
+    else:
+        rows.append(
+            {
+                "model": f"fastText, bigrams ({fast['chosen_epochs']} epochs, chosen on val)",
+                "test_acc": fast["test_acc"],
+                "fit_s": fast["fit_s"],
+                "documents_per_s": fast["test_documents_per_s"],
+                "figures": fast,
+            }
+        )
+    return rows

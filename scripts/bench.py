@@ -13,10 +13,9 @@ from pathlib import Path
 
 import datasets
 
-from benchmarks.anchors import tfidf_svm_anchor
 from benchmarks.throughput import (
     bench_markdown,
-    fasttext_anchor,
+    classic_anchors,
     inference_throughput,
     load_config_datamodule,
     training_throughput,
@@ -71,29 +70,19 @@ def main() -> None:
                 .get("documents_per_s", "—"),
             }
         )
-    svm = tfidf_svm_anchor(datamodule)
-    anchors.append(
-        {
-            "model": "TF-IDF (1–2-grams) + linear SVM",
-            "test_acc": f"{svm['test_acc']:.3f}",
-            "train": f"{svm['fit_s']:.1f} s",
-            "documents_per_s": round(svm.get("test_documents_per_s", float("nan")), 1),
-        }
-    )
-    fast = fasttext_anchor(datamodule)
-    if fast is None:
-        print("fastText not installed (pip install -e '.[bench]'); its row is left out")
-    else:
+    classic = classic_anchors(datamodule)
+    for row in classic:
         anchors.append(
             {
-                "model": f"fastText, bigrams ({fast['chosen_epochs']} epochs, chosen on val)",
-                "test_acc": f"{fast['test_acc']:.3f}",
-                "train": f"{fast['fit_s']:.1f} s",
-                "documents_per_s": fast["test_documents_per_s"],
+                "model": row["model"],
+                "test_acc": f"{row['test_acc']:.3f}",
+                "train": f"{row['fit_s']:.1f} s",
+                "documents_per_s": row["documents_per_s"],
             }
         )
-        figures["fasttext"] = fast
-    figures["tfidf_svm"] = svm
+    figures["tfidf_svm"] = classic[0]["figures"]
+    if len(classic) > 1:
+        figures["fasttext"] = classic[1]["figures"]
     figures["anchors"] = anchors
     figures["total_s"] = round(time.perf_counter() - started, 1)
     out = Path(args.out)

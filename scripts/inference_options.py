@@ -13,9 +13,8 @@ from pathlib import Path
 
 import datasets
 
-from benchmarks.anchors import tfidf_svm_anchor
 from benchmarks.throughput import (
-    fasttext_anchor,
+    classic_anchors,
     inference_options,
     inference_throughput,
     load_config_datamodule,
@@ -68,23 +67,10 @@ def main() -> None:
     figures["options"] = inference_options(args.ckpt, texts, labels, args.rounds)
     print(json.dumps(figures["options"], indent=1), flush=True)
     figures["classify"] = inference_throughput(args.ckpt, texts, args.rounds)
-    svm = tfidf_svm_anchor(datamodule)
     anchors = [
-        {
-            "model": "TF-IDF (1–2-grams) + linear SVM (test split)",
-            "documents_per_s": svm["test_documents_per_s"],
-            "test_acc": svm["test_acc"],
-        }
+        {key: row[key] for key in ("model", "test_acc", "documents_per_s")}
+        for row in classic_anchors(datamodule)
     ]
-    fast = fasttext_anchor(datamodule)
-    if fast is not None:
-        anchors.append(
-            {
-                "model": f"fastText, bigrams (test split, {fast['chosen_epochs']} epochs)",
-                "documents_per_s": fast["test_documents_per_s"],
-                "test_acc": fast["test_acc"],
-            }
-        )
     figures["anchors"] = anchors
     figures["total_s"] = round(time.perf_counter() - started, 1)
     out = Path(args.out)
