@@ -27,7 +27,11 @@ from docclass.inference.model_facts import model_default_method
 from docclass.interpret.default_method import UNMEASURED_DEFAULT, DefaultMethod
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.inputs import DocumentInput, batched, encode_documents, forward_batches
-from docclass.interpret.methods import BATCH_METHODS, scoring_pass
+from docclass.interpret.methods import (
+    BATCH_METHODS,
+    predicted_class_contribution,
+    scoring_pass,
+)
 from docclass.interpret.records import EMPTY_DOCUMENT
 from docclass.nn.model import DocumentClassifier
 from docclass.train.checkpoint import TrainedClassifier, load_classifier
@@ -106,9 +110,7 @@ def _scored_batches(
                     scores = out.pool_weights.mean(dim=1)
                 elif method == "contribution":
                     every_class = model.token_contributions(out.token_states, out.pool_weights)
-                    best = out.logits.argmax(dim=-1)[:, None, None]
-                    scores = every_class.gather(2, best.expand(-1, every_class.shape[1], 1))
-                    scores = scores.squeeze(2)
+                    scores = predicted_class_contribution(every_class, out.logits.argmax(dim=-1))
             yield indices, out.logits, scores
         return
     rows = [document.token_ids for document in documents]

@@ -99,9 +99,17 @@ def rollout_by_depth(
     return depths
 
 
+def predicted_class_contribution(
+    contributions: torch.Tensor, predicted: torch.Tensor
+) -> torch.Tensor:
+    """``[B,T,C]`` contributions → ``[B,T]``: each token's share of its document's predicted
+    class (``predicted [B]``)."""
+    index = predicted[:, None, None].expand(-1, contributions.shape[1], 1)
+    return contributions.gather(2, index).squeeze(2)
+
+
 def _predicted_contribution(scoring: ScoringPass) -> torch.Tensor:
-    index = scoring.predicted[:, None, None].expand(-1, scoring.contributions.shape[1], 1)
-    return scoring.contributions.gather(2, index).squeeze(2)
+    return predicted_class_contribution(scoring.contributions, scoring.predicted)
 
 
 BATCH_METHODS: dict[str, Callable[[ScoringPass], torch.Tensor]] = {
