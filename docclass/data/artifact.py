@@ -122,10 +122,17 @@ def folder_artifact(folder: str | Path) -> dict[str, Any]:
     """A model folder's entries in the checkpoint artifact's shape."""
     folder = Path(folder)
     config = read_folder_config(folder)
+    path = folder / "tokenizer.json"
+    try:
+        tokenizer = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise CheckpointError(
+            f"{path}: not a readable tokenizer ({one_line(error)}); export the model again"
+        ) from error
     return {
         "format_version": FORMAT_VERSION,
         "model_config": config.get("model_config"),
-        "tokenizer": (folder / "tokenizer.json").read_text(encoding="utf-8"),
+        "tokenizer": tokenizer,
         "label_names": folder_label_names(config, folder / "config.json"),
         "max_tokens": config.get("max_tokens"),
     }

@@ -169,6 +169,20 @@ def test_a_folder_that_does_not_add_up_is_one_line(exported, tmp_path, capsys, d
     assert "\n" not in error
 
 
+@pytest.mark.fault(
+    "serve / tokenizer_from: a model folder whose tokenizer.json is not UTF-8",
+    "one line naming tokenizer.json before any process starts",
+)
+def test_a_folder_tokenizer_that_is_not_text_is_one_line(exported, tmp_path, capsys):
+    folder = _copy(exported, tmp_path)
+    (folder / "tokenizer.json").write_bytes(b"\xff\xfe{not text")
+    with pytest.raises(SystemExit):
+        main(["serve", "--ckpt", str(folder), "--port", "8129"])
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("docclass: error:") and "tokenizer.json: not a readable" in error
+    assert "\n" not in error
+
+
 def test_a_run_folder_points_to_its_checkpoint(fitted, capsys):
     with pytest.raises(SystemExit):
         main(["classify", "--ckpt", str(fitted), "-"])
