@@ -98,11 +98,12 @@ def _scored_batches(
     batch_size: int,
     device: torch.device | str,
     method: str | None,
+    batch_tokens: int | None = None,
 ):
     """``(document indices, logits [B,C], token scores [B,T] or None)`` per batch: the forward
     pass alone when no method (or one read off it) is asked for, the scoring pass otherwise."""
     if method is None or method in FORWARD_METHODS:
-        for indices, out in forward_batches(model, documents, batch_size, device):
+        for indices, out in forward_batches(model, documents, batch_size, device, batch_tokens):
             scores = None
             # The generator's inference mode does not reach this frame between its yields.
             with torch.inference_mode():
@@ -114,7 +115,9 @@ def _scored_batches(
             yield indices, out.logits, scores
         return
     rows = [document.token_ids for document in documents]
-    for indices, input_ids, mask in batched(rows, batch_size, model.config.pad_id, device):
+    for indices, input_ids, mask in batched(
+        rows, batch_size, model.config.pad_id, device, batch_tokens
+    ):
         scoring = scoring_pass(model, input_ids, mask)
         yield indices, scoring.logits, BATCH_METHODS[method](scoring)
 
@@ -127,6 +130,7 @@ def classify_texts(
     device: torch.device | str = "cpu",
     word_scores: bool = False,
     method: str = UNMEASURED_DEFAULT,
+    batch_tokens: int | None = None,
 ) -> list[dict[str, Any]]:
     """Classify ``texts``; one result per text, in order.
 
@@ -135,6 +139,8 @@ def classify_texts(
         texts: the documents.
         batch_size: most documents per forward pass; batches hold texts of similar length, so a
             batch can be smaller.
+        batch_tokens: most padded tokens per forward pass; None: 2,048 on the CPU (faster
+            there than larger batches), no limit on a GPU; 0: no limit.
         top_words: also return this many words with the highest ``method`` scores.
         device: where the model runs (it is moved there).
         word_scores: also return every word the model read (``words``, character ``spans``)
@@ -153,7 +159,8 @@ def classify_texts(
         {"label": None, "score": None, "error": EMPTY_DOCUMENT} for _ in texts
     ]
     wants_words = bool(top_words or word_scores)
-    batches = _scored_batches(model, documents, batch_size, device, method if wants_words else None)
+    scored = method if wants_words else None
+    batches = _scored_batches(model, documents, batch_size, device, scored, batch_tokens)
     for indices, logits, scores in batches:
         probs = torch.softmax(logits.float(), dim=-1).cpu().numpy()
         token_scores = scores.double().cpu().numpy() if wants_words else None
@@ -225,6 +232,7 @@ class DocClassifier:
         top_words: int = 0,
         word_scores: bool = False,
         method: str | None = None,
+        batch_tokens: int | None = None,
     ) -> list[dict[str, Any]]:
         """``[{label, score, probs, truncated[, method, top_words][, words, spans, scores]}]``.
 
@@ -232,6 +240,8 @@ class DocClassifier:
         one-element list comes back). ``word_scores`` adds every word read with its score;
         ``top_words`` the K highest. Scores come from ``method`` (attention, contribution,
         rollout, grad_input), by default :attr:`default_method`; each result names it.
+        A forward pass holds at most ``batch_size`` documents and ``batch_tokens`` padded
+        tokens (default: 2,048 on the CPU, no limit on a GPU; 0: no limit).
         """
         if isinstance(texts, str):
             texts = [texts]
@@ -243,6 +253,7 @@ class DocClassifier:
             self.device,
             word_scores,
             method or self.default_method,
+            batch_tokens,
         )
 
     def explain(self, text: str, all_classes: bool = False) -> dict[str, Any]:

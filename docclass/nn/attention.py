@@ -315,6 +315,9 @@ class AttentionPool(nn.Module):
         self.value_proj = nn.Linear(d_model, d_model)
         self.out_proj = nn.Linear(d_model, d_model)
         self.score = make_score(score, n_heads, head_dim)
+        # Without gradients a dot-score pool can skip projecting every token's key and value
+        # (:meth:`_folded`); off, it always takes the explicit path (benchmarks compare them).
+        self.fold_without_grad = score == "dot"
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Pool.
@@ -326,6 +329,8 @@ class AttentionPool(nn.Module):
         Returns:
             ``(pooled [B,D], weights [B,H,T])``; weights are exactly 0 on padding.
         """
+        if self.fold_without_grad and not torch.is_grad_enabled() and self._plain_projections():
+            return self._folded(x, mask)
         keys = split_heads(self.key_proj(x), self.n_heads)  # (B, H, T, Dh)
         values = split_heads(self.value_proj(x), self.n_heads)  # (B, H, T, Dh)
         queries = self.queries.unsqueeze(0).expand(x.shape[0], -1, -1, -1)  # (B, H, 1, Dh)
@@ -333,3 +338,31 @@ class AttentionPool(nn.Module):
         weights = masked_softmax(scores, mask[:, None, None, :])  # (B, H, 1, T)
         pooled = merge_heads(weights @ values).squeeze(1)  # (B, D)
         return self.out_proj(pooled), weights.squeeze(2)
+
+    def _plain_projections(self) -> bool:
+        """Whether the key and value projections are float ``nn.Linear`` layers (folding reads
+        their weights; a quantised copy's are packed and take the explicit path)."""
+        return isinstance(self.key_proj, nn.Linear) and isinstance(self.value_proj, nn.Linear)
+
+    def _folded(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`forward` for the dot score, the same sums in another order (to ~1e-7).
+
+        A head's score ``q·(W_k x + b_k)/√Dh`` is ``x·(W_kᵀ q)/√Dh`` plus a constant, and its
+        output ``Σ_t w_t (W_v x_t + b_v)`` is ``W_v (Σ_t w_t x_t) + b_v Σ_t w_t``. So the pool
+        projects H query vectors and H averaged tokens instead of T keys and T values: two of
+        the fourteen D×D products per token of a one-block model (``make inference-options``).
+        """
+        batch, _, width = x.shape
+        heads, head_dim = self.n_heads, width // self.n_heads
+        queries = self.queries.squeeze(1) / math.sqrt(head_dim)  # (H, Dh)
+        key_weight = self.key_proj.weight.view(heads, head_dim, width)
+        query_in_x = torch.einsum("he,hed->dh", queries, key_weight)  # (D, H)
+        query_bias = (queries * self.key_proj.bias.view(heads, head_dim)).sum(-1)  # (H,)
+        scores = (x @ query_in_x + query_bias).transpose(1, 2)  # (B, H, T)
+        weights = masked_softmax(scores, mask[:, None, :])  # (B, H, T)
+        averaged = weights @ x  # (B, H, D): each head's weighted average of the tokens
+        value_weight = self.value_proj.weight.view(heads, head_dim, width)
+        pooled = torch.einsum("bhd,hed->bhe", averaged, value_weight)
+        # A document with no real token has all-zero weights: no value bias, as in forward.
+        pooled = pooled + self.value_proj.bias.view(heads, head_dim) * weights.sum(-1, True)
+        return self.out_proj(pooled.reshape(batch, width)), weights

@@ -159,6 +159,32 @@ class TestAttentionPool:
         per_head = torch.einsum("bht,bthd->bhd", weights, values).reshape(4, 12)
         assert_close(pooled, pool.out_proj(per_head), atol=1e-5, rtol=1e-5)
 
+    def test_folded_dot_pool_without_gradients_matches_the_explicit_pool(self):
+        # Inference skips projecting every token's key and value (the same sums, reordered):
+        # weights, pooled vector, exact zeros on padding and an all-padding row must agree
+        # with the path that projects them, which training takes.
+        torch.manual_seed(0)
+        pool = AttentionPool(d_model=16, n_heads=4).eval()
+        for parameter in pool.parameters():
+            torch.nn.init.normal_(parameter, std=0.5)  # far from the defaults: big scores
+        x = torch.randn(3, 9, 16)
+        mask = random_mask(3, 9)
+        mask[2] = False  # a document with no real token
+        with torch.enable_grad():
+            explicit = pool(x, mask)
+        with torch.no_grad():
+            folded = pool(x, mask)
+        assert_close(folded[1], explicit[1], atol=1e-6, rtol=1e-5)
+        assert_close(folded[0], explicit[0], atol=1e-5, rtol=1e-5)
+        assert torch.all(folded[1].masked_select(~mask[:, None, :].expand_as(folded[1])) == 0)
+        with torch.no_grad():
+            pool.fold_without_grad = False
+            assert_close(pool(x, mask)[0], explicit[0])
+
+    @pytest.mark.parametrize("score", ["additive", "gaussian"])
+    def test_only_the_dot_pool_folds(self, score):
+        assert not AttentionPool(d_model=8, n_heads=2, score=score).fold_without_grad
+
     def test_padding_does_not_change_the_result(self):
         pool = AttentionPool(d_model=8, n_heads=2)
         x = torch.randn(1, 5, 8)
@@ -232,3 +258,12 @@ def test_gaussian_score_keeps_its_precision_under_bf16_autocast():
     assert scores.dtype == torch.bfloat16
     # bf16 rounding of the result: under 1 % of each score (and the near key's stays near 0).
     assert ((scores.double() - reference).abs() <= 0.01 * reference.abs() + 1e-3).all()
+
+
+def test_a_pool_quantised_to_int8_takes_the_explicit_path():
+    # Dynamic int8 quantisation packs the projections' weights, which folding cannot read.
+    pool = AttentionPool(d_model=16, n_heads=4).eval()
+    quantised = torch.ao.quantization.quantize_dynamic(pool, {torch.nn.Linear}, dtype=torch.qint8)
+    x, mask = torch.randn(2, 5, 16), random_mask(2, 5)
+    with torch.no_grad():
+        assert_close(quantised(x, mask)[0], pool(x, mask)[0], atol=0.05, rtol=0.05)
