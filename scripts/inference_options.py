@@ -16,6 +16,7 @@ import datasets
 from benchmarks.throughput import (
     BEFORE_PREDICT,
     classic_anchors,
+    encoder_batching_speed,
     inference_options,
     inference_throughput,
     load_config_datamodule,
@@ -45,6 +46,12 @@ def markdown(figures: dict) -> str:
     for name, row in ways.items():
         speed = round(before_s * row["documents_per_s"], 2)
         lines.append(f"| docclass predict(), {name} | {row['documents_per_s']} | {speed}× | | |")
+    encoder = figures["encoder"]
+    for name, row in encoder["ways"].items():
+        lines.append(
+            f"| MiniLM recipe ({encoder['config']}, {encoder['max_tokens']} tokens) model call, "
+            f"{name} | {row['documents_per_s']} | {row['speed_vs_before']}× | | |"
+        )
     for row in figures["anchors"]:
         lines.append(
             f"| {row['model']} | {row['documents_per_s']:.1f} | | {row['test_acc']:.4f} | |"
@@ -56,6 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--ckpt", default="reports/bbc/checkpoints/last.ckpt")
     parser.add_argument("--config", default="configs/bbc.yaml")
+    parser.add_argument("--encoder_config", default="configs/minilm.yaml")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default="reports/inference-options")
     args = parser.parse_args()
@@ -71,6 +79,7 @@ def main() -> None:
     figures["options"] = inference_options(args.ckpt, texts, labels, args.rounds)
     print(json.dumps(figures["options"], indent=1), flush=True)
     figures["classify"] = inference_throughput(args.ckpt, texts, args.rounds)
+    figures["encoder"] = encoder_batching_speed(args.encoder_config, args.rounds)
     anchors = [
         {key: row[key] for key in ("model", "test_acc", "documents_per_s")}
         for row in classic_anchors(datamodule)

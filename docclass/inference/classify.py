@@ -303,7 +303,8 @@ def classify_command(
         out: output file: .csv for CSV, else JSON Lines (default: standard output).
         text_column: text column of table inputs.
         top_words: add the K words with the highest word scores to each row.
-        batch_size: documents per forward pass.
+        batch_size: most documents per forward pass (on the CPU a pass also stops at 2,048
+            tokens, which is faster there than larger batches).
         device: auto (CUDA if available), cpu, cuda.
         strict: exit with status 1 if any document got an error.
         progress: progress bar on stderr (default: when stderr is a terminal).
