@@ -71,6 +71,20 @@ def loo_agreement(
     return {method: _summary(values) for method, values in taus.items()}
 
 
+def _shuffle_keys(
+    indices: Sequence[int], mask: torch.Tensor, permutations: int, seed: int
+) -> torch.Tensor:
+    """``[P,B,T]`` sort keys: argsort gives a random order of each document's real tokens,
+    padding last. Each document draws from its own generator (seeded by its index), so its
+    shuffles do not depend on which documents share its batch, nor on the batch size."""
+    keys = torch.full((permutations, *mask.shape), 2.0)
+    for row, index in enumerate(indices):
+        real = int(mask[row].sum())
+        generator = torch.Generator().manual_seed(seed * 1_000_003 + index)
+        keys[:, row, :real] = torch.rand(permutations, real, generator=generator)
+    return keys
+
+
 def permuted_pool(
     classifier,
     texts: Sequence[str],
@@ -87,22 +101,19 @@ def permuted_pool(
     any permutation changes.
     """
     model = float32_model(classifier.model.to(device).eval())
-    generator = torch.Generator().manual_seed(seed)
     documents = encode_documents(classifier.tokenizer, texts, classifier.max_tokens)
     rows = [d.token_ids for d in documents if len(d.token_ids) > 1]
     distance, drop, flips = [], [], []
     bias = model.contribution_bias()
-    for _, input_ids, mask in batched(rows, batch_size, model.config.pad_id, device):
+    for indices, input_ids, mask in batched(rows, batch_size, model.config.pad_id, device):
         with torch.inference_mode():
             out = model(input_ids, mask)
             probs = torch.softmax(out.logits.double(), dim=-1)
             predicted = probs.argmax(dim=-1)
             per_document = [[], [], []]
-            for _ in range(permutations):
-                # A random order of each document's real tokens; padding stays in place.
-                keys = torch.rand(mask.shape, generator=generator).to(device)
-                keys = keys.masked_fill(~mask, 2.0)
-                order = keys.argsort(dim=-1)
+            keys = _shuffle_keys(indices, mask, permutations, seed).to(device)
+            for permutation in range(permutations):
+                order = keys[permutation].argsort(dim=-1)
                 weights = out.pool_weights.gather(2, order[:, None, :].expand_as(out.pool_weights))
                 logits = model.token_contributions(out.token_states, weights).sum(dim=1) + bias
                 permuted = torch.softmax(logits.double(), dim=-1)

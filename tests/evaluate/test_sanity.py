@@ -113,6 +113,15 @@ def test_permuting_the_pool_moves_a_keyword_model_and_not_a_bag_of_identical_tok
     assert unmoved["documents_any_label_change"] == 0.0
 
 
+def test_a_documents_pool_shuffles_do_not_depend_on_its_batch(planted):
+    # Each document draws its shuffles from its own generator: one batch for all, or one
+    # document per batch, gives every figure the same.
+    classifier, _, texts, _, _ = planted
+    together = trust.permuted_pool(classifier, texts, permutations=6, batch_size=16)
+    alone = trust.permuted_pool(classifier, texts, permutations=6, batch_size=1)
+    assert together == pytest.approx(alone, abs=1e-9)
+
+
 def test_randomised_copy_takes_fresh_weights_only_where_asked():
     classifier = tiny_classifier(n_layers=2)
     stages = trust.randomisation_stages(classifier.model)
