@@ -13,6 +13,7 @@ fastText (bigrams) trained and tested on the very same split.
 from __future__ import annotations
 
 import copy
+import functools
 import statistics
 import threading
 import time
@@ -278,6 +279,21 @@ def training_throughput(
     }
 
 
+def interleaved_seconds(
+    ways: dict[str, Callable[[], Any]], rounds: int
+) -> tuple[dict[str, list[float]], dict[str, Any]]:
+    """Run every way once per round, rounds interleaved so a slow spell of the machine falls
+    on all of them: each way's seconds per round, and what its last run returned."""
+    seconds: dict[str, list[float]] = {name: [] for name in ways}
+    results: dict[str, Any] = {}
+    for _ in range(rounds):
+        for name, run in ways.items():
+            started = time.perf_counter()
+            results[name] = run()
+            seconds[name].append(time.perf_counter() - started)
+    return seconds, results
+
+
 def inference_throughput(
     ckpt: str, texts: list[str], rounds: int = 3, batch_size: int = 64, device: str = "cpu"
 ) -> dict[str, Any]:
@@ -304,12 +320,7 @@ def inference_throughput(
         ),
     }
     classifier.predict(texts[:batch_size], batch_size)  # warm-up
-    seconds: dict[str, list[float]] = {name: [] for name in ways}
-    for _ in range(rounds):
-        for name, run in ways.items():
-            started = time.perf_counter()
-            run()
-            seconds[name].append(time.perf_counter() - started)
+    seconds, _ = interleaved_seconds(ways, rounds)
     base = statistics.median(seconds["labels and probabilities"])
     return {
         "documents": len(texts),
@@ -389,13 +400,11 @@ def inference_options(
         "int8 dynamic (linear layers)": (quantised, plain, None),
         "bfloat16 autocast": (base, lambda: torch.autocast("cpu", dtype=torch.bfloat16), None),
     }
-    seconds: dict[str, list[float]] = {name: [] for name in options}
-    probs: dict[str, torch.Tensor] = {}
-    for _ in range(rounds):
-        for name, (model, context, batch_tokens) in options.items():
-            begun = time.perf_counter()
-            probs[name] = _classify_with(model, documents, batch_size, context, batch_tokens)
-            seconds[name].append(time.perf_counter() - begun)
+    ways = {
+        name: functools.partial(_classify_with, model, documents, batch_size, context, tokens)
+        for name, (model, context, tokens) in options.items()
+    }
+    seconds, probs = interleaved_seconds(ways, rounds)
     names = classifier.labels
     reference = probs[BEFORE_CALL]
     before_s = statistics.median(seconds[BEFORE_CALL])
@@ -429,13 +438,14 @@ def encoder_batching_speed(
     ).model.eval()
     texts = [text for split in ("val", "test") for text in datamodule.splits[split]["text"]]
     documents = encode_documents(datamodule.tokenizer, texts, datamodule.max_tokens)
-    ways = {"batches of 64 documents (before)": 0, "2,048-token batches (default)": None}
-    seconds: dict[str, list[float]] = {name: [] for name in ways}
-    for _ in range(rounds):
-        for name, batch_tokens in ways.items():
-            begun = time.perf_counter()
-            _classify_with(model, documents, batch_size, contextlib.nullcontext, batch_tokens)
-            seconds[name].append(time.perf_counter() - begun)
+    limits = {"batches of 64 documents (before)": 0, "2,048-token batches (default)": None}
+    ways = {
+        name: functools.partial(
+            _classify_with, model, documents, batch_size, contextlib.nullcontext, tokens
+        )
+        for name, tokens in limits.items()
+    }
+    seconds, _ = interleaved_seconds(ways, rounds)
     before_s = statistics.median(seconds["batches of 64 documents (before)"])
     return {
         "config": str(config_path),
