@@ -11,6 +11,7 @@ from benchmarks.throughput import (
     load_config_datamodule,
     training_throughput,
 )
+from docclass.train.lit_module import DocClassifierModule
 
 
 def test_baseline_ignores_padding():
@@ -53,6 +54,24 @@ def test_training_throughput_compares_like_with_like(tmp_path):
         assert row["docclass_speed_ratio"] == pytest.approx(expected, abs=0.01)
     sizes = figures["parameters"]
     assert sizes["nn.TransformerEncoder"] == pytest.approx(sizes["docclass"], rel=0.2)
+
+
+def test_training_flops_counts_forward_and_backward_of_every_weight():
+    from benchmarks.training_flops import training_flops
+
+    datamodule, model_section = load_config_datamodule(CONFIGS / "tiny.yaml")
+    figures = training_flops(datamodule, model_section, steps=2, device="cpu", precision="32")
+    # Every linear weight costs 2 FLOPs a token forward and 4 backward; attention, the pool
+    # and the read-out add the rest, which on the tiny config stays under twice as much.
+    module = DocClassifierModule(
+        **model_section, num_classes=datamodule.num_classes, vocab_size=datamodule.vocab_size
+    )
+    linear = sum(
+        m.weight.numel() for m in module.model.blocks.modules() if isinstance(m, torch.nn.Linear)
+    )
+    assert 6 * linear <= figures["flops_per_padded_token"] <= 18 * linear
+    assert figures["real_tokens_per_s"] <= figures["padded_tokens_per_s"]
+    assert figures["mfu_vs_dense_bf16_peak"] is None  # no known peak for a CPU
 
 
 def test_streaming_speed_reads_every_document_each_way(tmp_path):
