@@ -14,10 +14,14 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .PHONY: demo test test-full lint format seeds inference-options report-speed report-cap classify-memory serve-load batching-speed bench long-documents planted-keyword faithfulness streaming-speed encoder-speed corpora browser clean
 
-$(STAMP): pyproject.toml
+# lxt (AttnLRP's reference implementation, for the tests that check docclass's relevance rules
+# against it) is installed without its dependencies: they include open_clip_torch and
+# bitsandbytes, which would pull torchvision and another torch build; its rules need torch alone.
+$(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(PIP_FLAGS) -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --no-deps "lxt==2.1"
 	touch $(STAMP)
 
 demo: $(STAMP)  ## train on the embedded BBC corpus, test, write reports/bbc/

@@ -152,24 +152,28 @@ def _compacted_distributions(
     With ``keep_positions``, each kept token sits at its own position: with full attention a
     masked-out token changes nothing for any other token (it gets exactly zero weight
     everywhere), so this gives the same distribution as masking, from copies half as long on
-    average (sufficiency keeps 1-50 % of the words). Windowed attention cannot be cut this way
-    (cutting would bring far tokens into one window); it runs masked copies whole. Without
+    average (sufficiency keeps 1-50 % of the words). Encoder windows are cut by document
+    position, so each kept token stays in its own window too, and a window left empty is not
+    encoded at all. Banded attention (``attention_window``) cannot be cut this way (cutting
+    would bring far tokens into one band); it runs masked copies whole. Without
     ``keep_positions`` the copy is the shorter text itself (deletion).
     """
     kept = [np.flatnonzero(keep) for keep in keeps]
     if any(not len(k) for k in kept):
         raise ValueError("a word-keep mask removes every token: nothing left to classify")
-    positions = model.position_vectors(len(ids), torch.device(device)) if keep_positions else None
     rows = [ids[k].tolist() for k in kept]
     distributions = np.empty((len(keeps), model.config.num_classes), dtype=np.float64)
     for indices, input_ids, attention in batched(rows, batch_size, model.config.pad_id, device):
-        embeds = None
-        if positions is not None:
+        positions = None
+        if keep_positions:
+            # Each kept token at its own place in the document (and, with encoder windows, in
+            # its own window); padding columns repeat the last kept position.
             where = torch.zeros(input_ids.shape, dtype=torch.long)
             for row, i in enumerate(indices):
                 where[row, : len(kept[i])] = torch.from_numpy(kept[i])
-            embeds = model.embed(input_ids) * model.embed_scale + positions[where.to(device)]
-        logits = model(input_ids, attention, inputs_embeds=embeds).logits.double()
+                where[row, len(kept[i]) :] = int(kept[i][-1])
+            positions = where.to(device)
+        logits = model(input_ids, attention, positions=positions).logits.double()
         distributions[indices] = torch.softmax(logits, dim=-1).cpu().numpy()
     return distributions
 

@@ -29,8 +29,10 @@ from docclass.interpret.explain import explain_documents
 from docclass.interpret.inputs import DocumentInput, batched, encode_documents, forward_batches
 from docclass.interpret.methods import (
     BATCH_METHODS,
+    RELEVANCE_METHODS,
     predicted_class_contribution,
     scoring_pass,
+    word_relevance,
 )
 from docclass.interpret.records import EMPTY_DOCUMENT
 from docclass.nn.model import DocumentClassifier
@@ -47,7 +49,9 @@ def resolve_device(device: str) -> torch.device:
 # The methods an API call may ask for: the report's batch methods (integrated gradients needs
 # dozens of passes per document and stays in the report and ``docclass faithfulness``). The
 # Literal types the command-line flag and the server's request body.
-WordScoreMethod = Literal["attention", "contribution", "rollout", "grad_input"]
+WordScoreMethod = Literal[
+    "attention", "contribution", "rollout", "grad_input", "conservative", "attnlrp"
+]
 API_METHODS = get_args(WordScoreMethod)
 # Read off the forward pass itself; the others need every block's attention or a backward pass.
 FORWARD_METHODS = ("attention", "contribution")
@@ -118,7 +122,14 @@ def _scored_batches(
     for indices, input_ids, mask in batched(
         rows, batch_size, model.config.pad_id, device, batch_tokens
     ):
-        scoring = scoring_pass(model, input_ids, mask)
+        if method in RELEVANCE_METHODS:
+            # One rule's pass alone: the others' passes and every block's attention are not read.
+            with torch.no_grad():
+                logits = model(input_ids, mask).logits
+            rule = RELEVANCE_METHODS[method]
+            yield indices, logits, word_relevance(model, input_ids, mask, logits.argmax(-1), rule)
+            continue
+        scoring = scoring_pass(model, input_ids, mask, relevance_methods=())
         yield indices, scoring.logits, BATCH_METHODS[method](scoring)
 
 
@@ -239,7 +250,8 @@ class DocClassifier:
         One result per text, in order; a single string is treated as one document (a
         one-element list comes back). ``word_scores`` adds every word read with its score;
         ``top_words`` the K highest. Scores come from ``method`` (attention, contribution,
-        rollout, grad_input), by default :attr:`default_method`; each result names it.
+        rollout, grad_input, conservative, attnlrp), by default :attr:`default_method`; each
+        result names it.
         A forward pass holds at most ``batch_size`` documents and ``batch_tokens`` padded
         tokens (default: 2,048 on the CPU, no limit on a GPU; 0: no limit).
         """

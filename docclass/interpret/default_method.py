@@ -16,8 +16,17 @@ from docclass.interpret.records import method_label
 
 # Cheapest first: pool attention is read off the forward pass; contribution multiplies the
 # token states by the read-out; rollout multiplies every block's attention; gradient × input
-# needs a backward pass; integrated gradients dozens of them.
-COST_ORDER = ("attention", "contribution", "rollout", "grad_input", "integrated_gradients")
+# needs a backward pass, each relevance rule a forward and a backward pass of its own;
+# integrated gradients dozens of them.
+COST_ORDER = (
+    "attention",
+    "contribution",
+    "rollout",
+    "grad_input",
+    "conservative",
+    "attnlrp",
+    "integrated_gradients",
+)
 # Comprehensiveness values closer than this are the same figure for choosing: AOPC means over a
 # report's documents move by about this much between seeds of the random floor.
 TIE = 0.005

@@ -52,6 +52,16 @@ def _dense_rows(layer: torch.Tensor, row: int, n_read: int) -> torch.Tensor:
     return layer[row]
 
 
+def _single_window_row(scoring: ScoringPass, row: int) -> int | None:
+    """The batch row's own row of block weights: itself without encoder windows; with them,
+    its one window row, or None when the document spans several windows (their word-to-word
+    maps would be partial: not drawn)."""
+    if scoring.windows is None:
+        return row
+    rows = torch.unique(scoring.windows.row[scoring.windows.document == row])
+    return int(rows[0]) if len(rows) == 1 else None
+
+
 def _layer_maps(document: DocumentInput, scoring: ScoringPass, row: int) -> list:
     """``[L][H][W][W]``: each block's word-to-word attention, per head, 5 decimals."""
     n_read, words_read = len(document.token_ids), document.words_read
@@ -150,7 +160,9 @@ def explain_documents(
         scoring = scoring_pass(model, input_ids, mask)
         scores = token_scores(scoring)
         # Shallower rollouts, for the page's depth switch (the full one is a scored method).
-        depths = rollout_by_depth(scoring.layer_weights, scoring.pool_weights.mean(dim=1))[:-1]
+        depths = rollout_by_depth(
+            scoring.layer_weights, scoring.pool_weights.mean(dim=1), scoring.windows
+        )[:-1]
         for row, i in enumerate(indices):
             document = documents[i]
             record = _record(document, texts[i], row, scoring, scores, classifier.label_names, bias)
@@ -162,8 +174,10 @@ def explain_documents(
                     for c, name in enumerate(classifier.label_names)
                 }
             if scoring.layer_weights and not document.truncated:
-                if len(document.alignment.word_spans) <= layer_map_max_words:
-                    record["layer_maps"] = _layer_maps(document, scoring, row)
+                weights_row = _single_window_row(scoring, row)
+                short = len(document.alignment.word_spans) <= layer_map_max_words
+                if short and weights_row is not None:
+                    record["layer_maps"] = _layer_maps(document, scoring, weights_row)
             records[i] = record
     return [
         {"id": doc_id, "label": label, **record}

@@ -36,15 +36,15 @@ def integrated_gradients(
     model = float32_model(classifier.model.to(device).eval())
     ids = ids[None].to(device)
     mask = torch.ones_like(ids, dtype=torch.bool)
-    positions = model.position_vectors(ids.shape[1], ids.device)
 
     def predicted_logits(token_vectors: torch.Tensor) -> torch.Tensor:
-        embeds = token_vectors if positions is None else token_vectors + positions
         rows = len(token_vectors)
-        return model(ids.expand(rows, -1), mask.expand(rows, -1), inputs_embeds=embeds).logits
+        # The model adds the positions: the baseline keeps them.
+        out = model(ids.expand(rows, -1), mask.expand(rows, -1), token_vectors=token_vectors)
+        return out.logits
 
     with torch.no_grad():
-        token_vectors = model.embed(ids) * model.embed_scale
+        token_vectors = model.token_vectors(ids)
     baseline = torch.zeros_like(token_vectors)
     attributions, delta = IntegratedGradients(predicted_logits).attribute(
         token_vectors,

@@ -17,8 +17,18 @@ rollout             no      attention rollout (Abnar & Zuidema 2020): per block 
                             with heads averaged, multiplied through the blocks, then weighted by
                             the pool's mean attention; sums to 1
 grad_input          yes     gradient of the predicted logit × the token embedding (positions
-                            excluded), summed over the embedding width
+                            excluded), summed over the embedding width; an embedding LayerNorm's
+                            scale is held constant (through it the plain gradient · input is ~0)
+conservative        yes     conservative propagation (Ali et al. 2022): the predicted logit
+                            carried back through every block with attention probabilities,
+                            LayerNorm scales and GELU gates held constant; with what no word
+                            causes, sums to the logit exactly
+attnlrp             yes     AttnLRP (Achtibat et al. 2024), as ``lxt`` implements it: relevance
+                            also flows through the softmaxes, products split evenly
 ==================  ======  ==================================================================
+
+With encoder windows (``window_tokens``) every method covers the whole document: the pool
+reads every token, and rollout is carried back through each window row's attention.
 """
 
 from __future__ import annotations
@@ -31,6 +41,10 @@ import torch
 from docclass.interpret.records import HEAD_PREFIX
 from docclass.nn.attention import banded_flow
 from docclass.nn.model import DocumentClassifier
+from docclass.nn.windows import WindowLayout
+
+# The relevance rules recorded as word-score methods, by method name.
+RELEVANCE_METHODS = {"conservative": "cp", "attnlrp": "attnlrp"}
 
 
 @dataclass
@@ -44,25 +58,42 @@ class ScoringPass:
     predicted: torch.Tensor  # [B] long
     pool_weights: torch.Tensor  # [B,H,T]
     contributions: torch.Tensor  # [B,T,C]
-    layer_weights: list[torch.Tensor]  # per block [B,H,T,T] (banded if windowed)
+    layer_weights: list[torch.Tensor]  # per block [B,H,T,T] (banded if windowed; per row
+    # [N,H,L,L] with encoder windows)
+    windows: WindowLayout | None  # where tokens sat in the window rows (encoder windows)
     grad_input: torch.Tensor  # [B,T]
+    relevance: dict[str, torch.Tensor]  # [B,T] per relevance method
 
 
 def scoring_pass(
-    model: DocumentClassifier, input_ids: torch.Tensor, mask: torch.Tensor
+    model: DocumentClassifier,
+    input_ids: torch.Tensor,
+    mask: torch.Tensor,
+    relevance_methods: tuple[str, ...] = tuple(RELEVANCE_METHODS),
 ) -> ScoringPass:
-    """Run one padded batch once, with gradients on the embeddings (eval mode)."""
+    """Run one padded batch with gradients on the word vectors (eval mode): one pass for the
+    attention methods, the contributions and gradient × input, and one more per relevance
+    rule in ``relevance_methods``."""
     # Callers may sit inside Lightning's validation loop, which runs in inference mode (and
     # perhaps autocast); gradient × input needs ordinary tensors, autograd and full precision.
     no_autocast = torch.autocast(input_ids.device.type, enabled=False)
     with torch.inference_mode(False), torch.enable_grad(), no_autocast:
-        token_part = model.embed(input_ids) * model.embed_scale  # (B, T, D)
-        embedded = model.embed_tokens(input_ids).detach().requires_grad_(True)
-        out = model(input_ids, mask, need_layer_weights=True, inputs_embeds=embedded)
+        words = model.token_vectors(input_ids).detach()  # (B, T, D)
+        vectors = words.clone().requires_grad_(True)
+        out = model(
+            input_ids,
+            mask,
+            need_layer_weights=True,
+            token_vectors=vectors,
+            propagation="gradient",
+        )
         predicted = out.logits.argmax(dim=-1)
         # Documents do not interact in eval mode, so one backward pass serves the whole batch.
-        target = out.logits.gather(1, predicted[:, None]).sum()
-        (gradient,) = torch.autograd.grad(target, embedded)
+        (gradient,) = torch.autograd.grad(out.logits.gather(1, predicted[:, None]).sum(), vectors)
+        relevance = {
+            name: word_relevance(model, input_ids, mask, predicted, RELEVANCE_METHODS[name])
+            for name in relevance_methods
+        }
         with torch.no_grad():
             pool_weights = out.pool_weights.detach()
             return ScoringPass(
@@ -71,21 +102,58 @@ def scoring_pass(
                 pool_weights=pool_weights,
                 contributions=model.token_contributions(out.token_states.detach(), pool_weights),
                 layer_weights=[weights.detach() for weights in out.layer_weights or []],
-                grad_input=(gradient * token_part.detach()).sum(dim=-1) * mask,
+                windows=out.windows,
+                grad_input=(gradient * words).sum(dim=-1) * mask,
+                relevance=relevance,
             )
 
 
-def attention_rollout(layer_weights: list[torch.Tensor], pool_mean: torch.Tensor) -> torch.Tensor:
+def word_relevance(
+    model: DocumentClassifier,
+    input_ids: torch.Tensor,
+    mask: torch.Tensor,
+    target: torch.Tensor,
+    propagation: str,
+    positions: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``[B,T]``: each token's relevance for class ``target [B]`` under a rule of
+    :mod:`docclass.nn.relevance` (gradient × input at the word vectors, positions excluded)."""
+    with torch.inference_mode(False), torch.enable_grad():
+        words = model.token_vectors(input_ids).detach()
+        vectors = words.clone().requires_grad_(True)
+        logits = model(
+            input_ids, mask, token_vectors=vectors, positions=positions, propagation=propagation
+        ).logits
+        (gradient,) = torch.autograd.grad(logits.gather(1, target[:, None]).sum(), vectors)
+    return ((gradient * words).sum(dim=-1) * mask).detach()
+
+
+def attention_rollout(
+    layer_weights: list[torch.Tensor],
+    pool_mean: torch.Tensor,
+    windows: WindowLayout | None = None,
+) -> torch.Tensor:
     """``pool_mean [B,T]`` carried back through every block's ``Â = ½·mean_h(A) + ½·I``."""
-    return rollout_by_depth(layer_weights, pool_mean)[-1] if layer_weights else pool_mean
+    return rollout_by_depth(layer_weights, pool_mean, windows)[-1] if layer_weights else pool_mean
 
 
 def rollout_by_depth(
-    layer_weights: list[torch.Tensor], pool_mean: torch.Tensor
+    layer_weights: list[torch.Tensor],
+    pool_mean: torch.Tensor,
+    windows: WindowLayout | None = None,
 ) -> list[torch.Tensor]:
     """The rollout after each block from the top: entry ``k - 1`` is ``pool_mean [B,T]``
     carried back through the top ``k`` blocks, so a report can show how credit spreads with
-    depth (the last entry is :func:`attention_rollout`)."""
+    depth (the last entry is :func:`attention_rollout`). With encoder windows the flow runs
+    through each window row (its owned tokens start it) and the copies of a token in two
+    overlapping windows are summed."""
+    if windows is not None:
+        flow = windows.to_rows(pool_mean[..., None], owners_only=True)[..., 0]  # (N, L)
+        depths = []
+        for weights in reversed(layer_weights):
+            flow = 0.5 * (flow.unsqueeze(1) @ weights.mean(dim=1)).squeeze(1) + 0.5 * flow
+            depths.append(windows.to_tokens(flow[..., None], *pool_mean.shape, False)[..., 0])
+        return depths
     depths = []
     flow = pool_mean  # (B, T)
     for weights in reversed(layer_weights):
@@ -116,9 +184,10 @@ BATCH_METHODS: dict[str, Callable[[ScoringPass], torch.Tensor]] = {
     "attention": lambda scoring: scoring.pool_weights.mean(dim=1),
     "contribution": _predicted_contribution,
     "rollout": lambda scoring: attention_rollout(
-        scoring.layer_weights, scoring.pool_weights.mean(dim=1)
+        scoring.layer_weights, scoring.pool_weights.mean(dim=1), scoring.windows
     ),
     "grad_input": lambda scoring: scoring.grad_input,
+    **{name: (lambda scoring, name=name: scoring.relevance[name]) for name in RELEVANCE_METHODS},
 }
 
 

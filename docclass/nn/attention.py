@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from docclass.nn import relevance
+
 SCORE_KINDS = ("dot", "additive", "gaussian")
 
 
@@ -246,7 +248,11 @@ class MultiHeadSelfAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model)
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None,
+        need_weights: bool = False,
+        propagation: str | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend.
 
@@ -255,39 +261,49 @@ class MultiHeadSelfAttention(nn.Module):
             mask: ``[B,T]`` bool, True = real token; None when every token is real (the
                 fused kernel then runs without a mask, faster on CPU).
             need_weights: also return the attention weights.
+            propagation: a rule of :mod:`docclass.nn.relevance` (same values, other gradients).
 
         Returns:
             ``([B,T,D], [B,H,T,T] or None)``; weights rows sum to 1 over real keys. With a
             window the weights are banded, ``[B,H,nb,w,3w]``.
         """
-        queries, keys, values = (
-            split_heads(part, self.n_heads) for part in self.qkv(x).chunk(3, dim=-1)
+        queries, keys, values = relevance.attention_inputs(
+            *(split_heads(part, self.n_heads) for part in self.qkv(x).chunk(3, dim=-1)),
+            propagation,
         )  # each (B, H, T, Dh)
+        attended, weights = self._attend(queries, keys, values, mask, need_weights)
+        attended = relevance.attention_output(attended, propagation)
+        return self.out_proj(merge_heads(attended)), weights
+
+    def _attend(
+        self,
+        queries: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        mask: torch.Tensor | None,
+        need_weights: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``[B,H,T,Dh]`` each → (attended ``[B,H,T,Dh]``, weights or None)."""
         dropout = self.attn_dropout if self.training else 0.0
         if mask is None:  # every position real (the caller checked): no mask, fastest kernel
             if not (need_weights or self.window):
                 attended = F.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout)
-                return self.out_proj(merge_heads(attended)), None
-            mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+                return attended, None
+            mask = queries.new_ones(queries.shape[0], queries.shape[2], dtype=torch.bool)
         if self.window:
-            attended, weights = local_attention(
-                queries, keys, values, mask, self.window, need_weights, dropout
-            )
-            return self.out_proj(merge_heads(attended)), weights
+            return local_attention(queries, keys, values, mask, self.window, need_weights, dropout)
         key_mask = mask[:, None, None, :]  # (B, 1, 1, T)
         if need_weights:
             scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
             weights = masked_softmax(scores, key_mask)  # (B, H, T, T)
-            attended = F.dropout(weights, dropout, self.training) @ values
-        else:
-            # A document with no real token would give the fused kernel an all-masked row (NaN);
-            # let such rows see every position instead: their output is never pooled anyway.
-            empty = ~mask.any(dim=-1)[:, None, None, None]
-            attended = F.scaled_dot_product_attention(
-                queries, keys, values, attn_mask=key_mask | empty, dropout_p=dropout
-            )
-            weights = None
-        return self.out_proj(merge_heads(attended)), weights
+            return F.dropout(weights, dropout, self.training) @ values, weights
+        # A document with no real token would give the fused kernel an all-masked row (NaN);
+        # let such rows see every position instead: their output is never pooled anyway.
+        empty = ~mask.any(dim=-1)[:, None, None, None]
+        attended = F.scaled_dot_product_attention(
+            queries, keys, values, attn_mask=key_mask | empty, dropout_p=dropout
+        )
+        return attended, None
 
 
 class AttentionPool(nn.Module):
@@ -319,12 +335,15 @@ class AttentionPool(nn.Module):
         # (:meth:`_folded`); off, it always takes the explicit path (benchmarks compare them).
         self.fold_without_grad = score == "dot"
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor, propagation: str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Pool.
 
         Args:
             x: ``[B,T,D]`` token states.
             mask: ``[B,T]`` bool, True = real token.
+            propagation: a rule of :mod:`docclass.nn.relevance` (same values, other gradients).
 
         Returns:
             ``(pooled [B,D], weights [B,H,T])``; weights are exactly 0 on padding.
@@ -336,7 +355,8 @@ class AttentionPool(nn.Module):
         queries = self.queries.unsqueeze(0).expand(x.shape[0], -1, -1, -1)  # (B, H, 1, Dh)
         scores = self.score(queries, keys)  # (B, H, 1, T)
         weights = masked_softmax(scores, mask[:, None, None, :])  # (B, H, 1, T)
-        pooled = merge_heads(weights @ values).squeeze(1)  # (B, D)
+        averaged = relevance.pool_weights(weights, propagation) @ values  # (B, H, 1, Dh)
+        pooled = merge_heads(relevance.attention_output(averaged, propagation)).squeeze(1)
         return self.out_proj(pooled), weights.squeeze(2)
 
     def _plain_projections(self) -> bool:

@@ -11,8 +11,13 @@ post-LayerNorm, the BERT layout, when a pre-trained encoder's weights are loaded
 (``norm="post"``: then the last block's output LayerNorm is ``final_norm``, and an embedding
 LayerNorm follows word + position vectors).
 
+With ``window_tokens`` (pre-trained encoders, whose positions cover a few hundred tokens) a
+document is cut into windows encoded separately, positions restarting in each, and the pool
+reads every token of every window (:mod:`docclass.nn.windows`).
+
 Everything after the pool's softmax is linear, so each token's exact contribution to each
-class logit can be recovered from ``pool_weights`` and the value vectors.
+class logit can be recovered from ``pool_weights`` and the value vectors. ``propagation``
+(:mod:`docclass.nn.relevance`) changes what a backward pass carries, never the values.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from docclass.errors import ConfigError
+from docclass.nn import relevance
 from docclass.nn.attention import SCORE_KINDS, AttentionPool, MultiHeadSelfAttention
+from docclass.nn.windows import WindowLayout, window_layout
 
 POSITION_KINDS = ("sinusoidal", "learned", "none")
 NORM_PLACEMENTS = ("pre", "post")
@@ -62,6 +69,11 @@ class ModelConfig:
     # Multiply token vectors by sqrt(D) (from scratch: see DocumentClassifier.__init__);
     # pre-trained embeddings were trained without it.
     scale_embeddings: bool = True
+    # 0: a document is one sequence. w > 0: it is cut into windows of at most w tokens, each
+    # encoded alone with positions restarting (a pre-trained encoder's positions cover a few
+    # hundred tokens); the pool reads every token of every window (nn/windows.py).
+    window_tokens: int = 0
+    window_overlap: int = 0  # tokens shared by consecutive windows (< window_tokens)
 
     def __post_init__(self) -> None:
         problems = []
@@ -83,6 +95,27 @@ class ModelConfig:
             problems.append(f"attention_window must be >= 0, got {self.attention_window}")
         if self.n_layers < 0:
             problems.append(f"n_layers must be >= 0, got {self.n_layers}")
+        if self.window_tokens < 0:
+            problems.append(f"window_tokens must be >= 0, got {self.window_tokens}")
+        elif not 0 <= self.window_overlap < max(1, self.window_tokens):
+            problems.append(
+                f"window_overlap must be in [0, window_tokens={self.window_tokens}), got "
+                f"{self.window_overlap}"
+            )
+        if self.window_tokens and self.attention_window:
+            problems.append(
+                "window_tokens and attention_window are two ways to read long "
+                "documents: set one of them"
+            )
+        if (
+            self.positions == "learned"
+            and self.window_tokens
+            and self.window_tokens > self.max_positions
+        ):
+            problems.append(
+                f"window_tokens {self.window_tokens} exceeds the {self.max_positions} learned "
+                "positions"
+            )
         for name in ("dropout", "attn_dropout", "embed_dropout", "word_dropout"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
@@ -110,12 +143,16 @@ class ClassifierOutput(NamedTuple):
     token_states: ``[B,T,D]``, the normalised token vectors the pool reads; with
         ``pool_weights`` they give every token's exact share of each logit
         (:meth:`DocumentClassifier.token_contributions`).
+    windows: with ``window_tokens``, where each token sat in the window rows the blocks read
+        (then ``layer_weights`` are per row, ``[N,H,L,L]``); None when every document was one
+        sequence.
     """
 
     logits: torch.Tensor
     pool_weights: torch.Tensor
     layer_weights: list[torch.Tensor] | None
     token_states: torch.Tensor
+    windows: WindowLayout | None = None
 
 
 def sinusoidal_positions(length: int, width: int, device: torch.device) -> torch.Tensor:
@@ -158,16 +195,25 @@ class EncoderBlock(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None,
+        need_weights: bool = False,
+        propagation: str | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``x [B,T,D]``, ``mask [B,T]`` (None: all real) → ``([B,T,D], [B,H,T,T] or None)``."""
+        """``x [B,T,D]``, ``mask [B,T]`` (None: all real) → ``([B,T,D], [B,H,T,T] or None)``;
+        ``propagation`` as in :mod:`docclass.nn.relevance` (same values, other gradients)."""
+        norm, ffn = relevance.norm, relevance.feed_forward
         if self.post_norm:
-            attended, weights = self.attn(x, mask, need_weights)
-            x = self.attn_norm(x + self.dropout(attended))
-            return self.ffn_norm(x + self.dropout(self.ffn(x))), weights
-        attended, weights = self.attn(self.attn_norm(x), mask, need_weights)
+            attended, weights = self.attn(x, mask, need_weights, propagation)
+            x = norm(x + self.dropout(attended), self.attn_norm, propagation)
+            x = x + self.dropout(ffn(x, self.ffn, propagation))
+            return norm(x, self.ffn_norm, propagation), weights
+        attended, weights = self.attn(
+            norm(x, self.attn_norm, propagation), mask, need_weights, propagation
+        )
         x = x + self.dropout(attended)
-        x = x + self.dropout(self.ffn(self.ffn_norm(x)))
+        x = x + self.dropout(ffn(norm(x, self.ffn_norm, propagation), self.ffn, propagation))
         return x, weights
 
 
@@ -178,7 +224,7 @@ class DocumentClassifier(nn.Module):
         super().__init__()
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_id)
-        # Stored at scale 1/sqrt(D) and multiplied by sqrt(D) in embed_tokens: token vectors start
+        # Stored at scale 1/sqrt(D) and multiplied by sqrt(D) in token_vectors: token vectors start
         # at unit scale like the sinusoids, while AdamW's per-coordinate steps move them sqrt(D)
         # times further relative to that scale. With the embedding at unit scale instead, a few
         # hundred steps barely move it off its random start (BBC validation 0.92 vs 0.97).
@@ -207,11 +253,10 @@ class DocumentClassifier(nn.Module):
         self.readout_dropout = nn.Dropout(config.dropout)
         self.head = nn.Linear(config.d_model, config.num_classes)
 
-    def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """``input_ids [B,T]`` → token vectors with positions added ``[B,T,D]``."""
-        x = self.embed(input_ids) * self.embed_scale
-        positions = self.position_vectors(input_ids.shape[1], x.device, x.dtype)
-        return x if positions is None else x + positions
+    def token_vectors(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """``input_ids [B,T]`` → the words' own vectors ``[B,T,D]`` (positions not added): what
+        gradient-based word scores are taken at."""
+        return self.embed(input_ids) * self.embed_scale
 
     def position_vectors(
         self, length: int, device: torch.device, dtype: torch.dtype = torch.float32
@@ -227,12 +272,19 @@ class DocumentClassifier(nn.Module):
             return sinusoidal_positions(length, self.config.d_model, device).to(dtype)
         return None
 
+    def _with_positions(self, vectors: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """``vectors [...,D]`` plus the position vectors of ``positions [...]`` (long)."""
+        table = self.position_vectors(int(positions.max()) + 1, vectors.device, vectors.dtype)
+        return vectors if table is None else vectors + table[positions]
+
     def forward(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         need_layer_weights: bool = False,
-        inputs_embeds: torch.Tensor | None = None,
+        token_vectors: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        propagation: str | None = None,
     ) -> ClassifierOutput:
         """Classify a batch.
 
@@ -241,37 +293,81 @@ class DocumentClassifier(nn.Module):
             attention_mask: ``[B,T]`` bool, True = real token.
             need_layer_weights: also return every block's ``[B,H,T,T]`` attention (explicit
                 path; slower and O(T²) memory per head); banded ``[B,H,nb,w,3w]`` with an
-                attention window.
-            inputs_embeds: optional ``[B,T,D]`` replacement for ``embed_tokens(input_ids)``,
-                for gradient-based attributions on the embeddings.
+                attention window; per window row ``[N,H,L,L]`` with ``window_tokens``.
+            token_vectors: optional ``[B,T,D]`` replacement for :meth:`token_vectors`, for
+                gradient-based word scores (positions are added by the model).
+            positions: optional ``[B,T]`` long: each token's position in its document,
+                increasing along a row (default ``0 … T-1``). A copy of a document with tokens
+                cut out keeps the others where they were: the same result as masking them.
+            propagation: None for plain gradients, or a rule of :mod:`docclass.nn.relevance`
+                (the forward values are the same).
 
         Returns:
             :class:`ClassifierOutput`.
         """
+        relevance.check_propagation(propagation)
         mask = attention_mask.bool()
         if self.training and self.config.word_dropout > 0:
             mask = drop_words(mask, self.config.word_dropout)
-        x = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
-        x = self.embed_dropout(self.embedding_norm(x))
+        vectors = self.token_vectors(input_ids) if token_vectors is None else token_vectors
+        batch, length = mask.shape
+        if positions is None:
+            positions = torch.arange(length, device=mask.device).expand(batch, -1)
+        window = self.config.window_tokens
+        layout = None
+        if window and length and int(positions.max()) >= window:
+            layout = window_layout(mask, positions, window, self.config.window_overlap)
+            rows = self._with_positions(layout.to_rows(vectors), self._row_positions(layout))
+            states, layer_weights = self._encode(
+                rows, layout.row_mask, need_layer_weights, propagation
+            )
+            token_states = layout.to_tokens(states, batch, length)
+        else:
+            x = self._with_positions(vectors, positions) if length else vectors
+            token_states, layer_weights = self._encode(x, mask, need_layer_weights, propagation)
+        logits, pool_weights = self.read_out(token_states, mask, propagation)
+        return ClassifierOutput(logits, pool_weights, layer_weights, token_states, layout)
+
+    @staticmethod
+    def _row_positions(layout: WindowLayout) -> torch.Tensor:
+        """``[N,L]`` long: the in-window position of every slot of the rows (0 where empty)."""
+        positions = torch.zeros(
+            layout.rows, layout.width, dtype=torch.long, device=layout.row_mask.device
+        )
+        positions[layout.row, layout.slot] = layout.position
+        return positions
+
+    def _encode(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor,
+        need_layer_weights: bool,
+        propagation: str | None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """Rows of positioned vectors ``[R,S,D]`` → normalised token states ``[R,S,D]`` and,
+        when asked, each block's attention."""
+        # Every propagation rule holds the embedding LayerNorm's scale constant: its input is
+        # where a word's vector enters, and gradient · input through a LayerNorm is ~0.
+        x = relevance.norm(x, self.embedding_norm, "cp" if propagation is not None else None)
+        x = self.embed_dropout(x)
         layer_weights: list[torch.Tensor] | None = [] if need_layer_weights else None
         # A batch without padding (length buckets often give one) needs no attention mask, and
         # SDPA without one ran 1.1x faster on a 2-core CPU (make encoder-speed).
         block_mask = None if self.blocks and bool(mask.all()) else mask
-        for block in self.blocks:
-            x, weights = block(x, block_mask, need_layer_weights)
-            if layer_weights is not None:
-                layer_weights.append(weights)
-        token_states = self.final_norm(x)
-        logits, pool_weights = self.read_out(token_states, mask)
-        return ClassifierOutput(logits, pool_weights, layer_weights, token_states)
+        if len(x):
+            for block in self.blocks:
+                x, weights = block(x, block_mask, need_layer_weights, propagation)
+                if layer_weights is not None:
+                    layer_weights.append(weights)
+        return relevance.norm(x, self.final_norm, propagation), layer_weights
 
     def read_out(
-        self, token_states: torch.Tensor, mask: torch.Tensor
+        self, token_states: torch.Tensor, mask: torch.Tensor, propagation: str | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``token_states [B,T,D]`` (after ``final_norm``), ``mask [B,T]`` → ``(logits [B,C],
         pool_weights [B,H,T])``: the attention pool and the linear read-out alone (what trains
         on a frozen encoder's cached token states)."""
-        pooled, pool_weights = self.pool(token_states, mask)
+        pooled, pool_weights = self.pool(token_states, mask, propagation)
         return self.head(self.readout_dropout(pooled)), pool_weights
 
     def token_contributions(

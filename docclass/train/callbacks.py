@@ -153,7 +153,7 @@ class StopOnNonFiniteLoss(pl.Callback):
 
 class TrainingTokenBudget(pl.Callback):
     """Sets the number of epochs from the corpus: enough to feed the model ``tokens`` training
-    tokens, at most ``trainer.max_epochs``.
+    tokens, at least ``trainer.min_epochs`` and at most ``trainer.max_epochs``.
 
     A fixed epoch count tuned on one corpus gives a corpus of fewer or shorter documents far
     less training; a token budget gives every corpus about the same training time. Applied at
@@ -184,15 +184,17 @@ class TrainingTokenBudget(pl.Callback):
             )
             return
         cap = trainer.max_epochs if trainer.max_epochs not in (None, -1) else math.inf
-        epochs = int(min(cap, math.ceil(self.tokens / per_epoch)))
+        floor = trainer.min_epochs or 1
+        epochs = int(max(floor, min(cap, math.ceil(self.tokens / per_epoch))))
         trainer.fit_loop.max_epochs = epochs
         self.plan = {"train_tokens": self.tokens, "tokens_per_epoch": per_epoch, "epochs": epochs}
         log.info(
             "training for %d epochs: %d tokens per epoch, budget %d tokens (train_tokens), "
-            "at most %s (trainer.max_epochs)",
+            "at least %d (trainer.min_epochs), at most %s (trainer.max_epochs)",
             epochs,
             per_epoch,
             self.tokens,
+            floor,
             cap,
         )
 

@@ -115,15 +115,18 @@ class TrainingCLI(LightningCLI):
             # order).
             config.data.tokenizer_from = ckpt_path
         max_tokens, max_positions = config.data.max_tokens, config.model.max_positions
-        positions = config.model.positions
+        positions, window = config.model.positions, config.model.window_tokens
         if config.model.encoder:
             settings = encoder_model_settings(locate_encoder(config.model.encoder))
             positions, max_positions = settings["positions"], settings["max_positions"]
-        if positions == "learned" and (max_tokens is None or max_tokens > max_positions):
+        # With encoder windows the positions restart in every window: only the window must fit.
+        span = window or max_tokens
+        if positions == "learned" and (span is None or span > max_positions):
             # Caught here rather than at the first long batch, minutes into training.
             raise ConfigError(
                 f"learned positions cover {max_positions} tokens but data.max_tokens is "
-                f"{max_tokens}; set data.max_tokens <= model.max_positions or positions: sinusoidal"
+                f"{max_tokens}; set model.window_tokens <= {max_positions} to read longer "
+                "documents in windows, or data.max_tokens <= model.max_positions"
             )
 
     def instantiate_trainer(self, **kwargs):

@@ -99,6 +99,13 @@ class DocClassifierModule(pl.LightningModule):
         attn_dropout: attention-weight dropout (slow on CPU when above 0).
         attention_window: 0 for full self-attention; w > 0 lets each token attend only to
             tokens at most w away (O(T·w)), for documents read whole (``data.max_tokens: null``).
+        window_tokens: 0 reads each document as one sequence; w > 0 cuts it into windows of at
+            most w tokens encoded separately, positions restarting in each, and one attention
+            pool reads every token of every window: how a pre-trained encoder (whose positions
+            cover a few hundred tokens) reads a whole document (``data.max_tokens`` is then the
+            document's limit).
+        window_overlap: tokens shared by consecutive windows; a shared token is read by the
+            pool from the window where it has more context.
         embed_dropout: dropout on embedded tokens.
         word_dropout: fraction of tokens hidden from the model during training.
         positions: sinusoidal, learned or none.
@@ -141,6 +148,8 @@ class DocClassifierModule(pl.LightningModule):
         dropout: float = 0.1,
         attn_dropout: float = 0.0,
         attention_window: int = 0,
+        window_tokens: int = 0,
+        window_overlap: int = 0,
         embed_dropout: float = 0.1,
         word_dropout: float = 0.0,
         positions: str = "sinusoidal",

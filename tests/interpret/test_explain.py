@@ -78,8 +78,7 @@ def _token_level_reference(classifier: TrainedClassifier, text: str) -> dict[str
     ids = torch.tensor([encoding.ids])
     mask = torch.ones_like(ids, dtype=torch.bool)
     tokens = (model.embed(ids) * model.embed_scale).detach().requires_grad_(True)
-    with_positions = tokens + model.embed_tokens(ids).detach() - tokens.detach()
-    out = model(ids, mask, need_layer_weights=True, inputs_embeds=with_positions)
+    out = model(ids, mask, need_layer_weights=True, token_vectors=tokens)
     predicted = out.logits.argmax().item()
     out.logits[0, predicted].backward()
     length = ids.shape[1]

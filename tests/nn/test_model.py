@@ -125,7 +125,7 @@ def test_post_ln_block_is_the_bert_layout():
     the attention from PyTorch's SDPA; the last block leaves LN2 to the model's final_norm."""
     model = DocumentClassifier(tiny_config(**POST_LN)).eval()
     ids, mask = padded_batch([6, 3])
-    x = model.embedding_norm(model.embed_tokens(ids))
+    x = model.embedding_norm(model.token_vectors(ids) + model.position_vectors(6, ids.device))
     for index, block in enumerate(model.blocks):
         q, k, v = (
             part.view(2, -1, 2, 8).transpose(1, 2) for part in block.attn.qkv(x).chunk(3, -1)
@@ -172,12 +172,12 @@ def test_word_dropout_only_in_training():
     assert torch.equal(model(ids, mask).logits, model(ids, mask).logits)
 
 
-def test_gradients_reach_inputs_embeds():
+def test_gradients_reach_the_token_vectors():
     model = DocumentClassifier(tiny_config()).eval()
     ids, mask = padded_batch([5, 3])
-    embeds = model.embed_tokens(ids).detach().requires_grad_()
-    model(ids, mask, inputs_embeds=embeds).logits.sum().backward()
-    assert embeds.grad is not None and torch.isfinite(embeds.grad).all()
+    vectors = model.token_vectors(ids).detach().requires_grad_()
+    model(ids, mask, token_vectors=vectors).logits.sum().backward()
+    assert vectors.grad is not None and torch.isfinite(vectors.grad).all()
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,119 @@
+"""Propagation rules: how a backward pass carries a logit back to the words.
+
+Plain autograd gives the gradient; gradient × input at the word vectors is then a first-order
+estimate that LayerNorms and softmaxes break (a LayerNorm does not change when its centred
+input is scaled, so the gradient there is orthogonal to the input, and gradient · input is
+close to zero by construction). Layer-wise relevance propagation (LRP) instead changes what the
+backward pass does at those operations, while the forward values stay exactly the same, so
+that gradient × input at the word vectors becomes a *relevance* that is carried back whole:
+
+``"gradient"``
+    Plain gradients, except that the **embedding** LayerNorm's scale ``1/σ`` is held constant:
+    gradient × input then measures each word vector where it enters the first block (the
+    plain method, corrected for post-LayerNorm encoders; unchanged for models without an
+    embedding LayerNorm).
+``"cp"``
+    Conservative propagation (Ali et al. 2022, "XAI for Transformers: Better Explanations
+    through Conservative Propagation"): every LayerNorm's ``1/σ`` and every attention
+    probability (the blocks' and the pool's) held constant, and GELU by the identity rule
+    (``x·Φ(x)`` with ``Φ(x)`` held constant; Achtibat et al. 2024). The network is then affine
+    in the word vectors, so the words' relevance plus what no word causes (biases, positions,
+    LayerNorm offsets) equals the logit exactly.
+``"attnlrp"``
+    AttnLRP (Achtibat et al. 2024, "AttnLRP: Attention-Aware Layer-Wise Relevance Propagation
+    for Transformers"), as its reference library ``lxt`` implements it for BERT: LayerNorm and
+    GELU as above; relevance also flows through the softmax (its gradient × input rule), and
+    each product of two inputs (query·key, probabilities·values) gives each factor half (the
+    uniform rule). Nearly conservative: the softmax rule leaves a little relevance in biases.
+
+Torch only; :mod:`docclass.nn.model` calls these where a rule applies.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+PROPAGATIONS = ("gradient", "cp", "attnlrp")
+
+
+def fixed_scale_norm(x: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+    """``norm(x)`` with ``1/σ`` held constant in the backward pass (the same value forward)."""
+    centred = x - x.mean(dim=-1, keepdim=True)
+    scale = torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + norm.eps).detach()
+    return centred * scale * norm.weight + norm.bias
+
+
+def identity_gelu(x: torch.Tensor) -> torch.Tensor:
+    """Exact GELU, ``x·Φ(x)``, with ``Φ(x)`` held constant: the identity rule for an
+    element-wise activation (relevance passes through it unchanged)."""
+    gate = 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+    return x * gate.detach()
+
+
+class _DivideGradient(torch.autograd.Function):
+    """Identity forward; the gradient divided by ``factor`` backward (the uniform rule)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, factor: float) -> torch.Tensor:  # noqa: D102
+        ctx.factor = factor
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, gradient: torch.Tensor):  # noqa: D102
+        return gradient / ctx.factor, None
+
+
+def divide_gradient(x: torch.Tensor, factor: float) -> torch.Tensor:
+    """``x`` unchanged; its gradient divided by ``factor`` (the uniform rule's split)."""
+    return _DivideGradient.apply(x, factor)
+
+
+def norm(x: torch.Tensor, layer: nn.Module, propagation: str | None) -> torch.Tensor:
+    """A block's LayerNorm (or Identity) under ``propagation``: ``1/σ`` constant for the
+    relevance rules, plain otherwise."""
+    if propagation in ("cp", "attnlrp") and isinstance(layer, nn.LayerNorm):
+        return fixed_scale_norm(x, layer)
+    return layer(x)
+
+
+def feed_forward(x: torch.Tensor, ffn: nn.Sequential, propagation: str | None) -> torch.Tensor:
+    """The block's ``Linear → GELU → Linear`` with the identity rule at the GELU."""
+    if propagation in ("cp", "attnlrp"):
+        return ffn[2](identity_gelu(ffn[0](x)))
+    return ffn(x)
+
+
+def attention_inputs(
+    queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, propagation: str | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Queries, keys and values of an attention under ``propagation``: ``cp`` stops relevance
+    at the probabilities (queries and keys detached); ``attnlrp`` gives query and key a quarter
+    each and the values half (the uniform rule at both products, with the output halved by
+    :func:`attention_output`)."""
+    if propagation == "cp":
+        return queries.detach(), keys.detach(), values
+    if propagation == "attnlrp":
+        return divide_gradient(queries, 2.0), divide_gradient(keys, 2.0), values
+    return queries, keys, values
+
+
+def attention_output(attended: torch.Tensor, propagation: str | None) -> torch.Tensor:
+    """The product probabilities·values under ``propagation`` (AttnLRP halves its relevance)."""
+    return divide_gradient(attended, 2.0) if propagation == "attnlrp" else attended
+
+
+def pool_weights(weights: torch.Tensor, propagation: str | None) -> torch.Tensor:
+    """The pool's probabilities under ``propagation``: constant for ``cp``. (Under ``attnlrp``
+    they take relevance like any softmax; the pool's query is a weight, not an input, so its
+    score is linear in the keys and needs no split; the product with the values is split by
+    :func:`attention_output`.)"""
+    return weights.detach() if propagation == "cp" else weights
+
+
+def check_propagation(propagation: str | None) -> None:
+    """Refuse an unknown propagation name."""
+    if propagation is not None and propagation not in PROPAGATIONS:
+        raise ValueError(f"propagation must be one of {PROPAGATIONS} or None, got {propagation!r}")

@@ -1,0 +1,210 @@
+"""Propagation rules (docclass/nn/relevance.py): the same forward values, relevance that adds up
+to the logit, gradient × input measured where a word enters the first block, and the rules
+checked against their reference library, lxt, on the real MiniLM weights."""
+
+import functools
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import padded_batch
+from torch.testing import assert_close
+
+from docclass.interpret.methods import scoring_pass, word_relevance
+from docclass.nn.model import DocumentClassifier, ModelConfig
+
+LAYOUTS = {
+    "pre-LN": dict(positions="learned", max_positions=64),
+    "post-LN": dict(
+        norm="post", embedding_norm=True, scale_embeddings=False, positions="learned",
+        max_positions=64,
+    ),
+    "post-LN, windows": dict(
+        norm="post", embedding_norm=True, scale_embeddings=False, positions="learned",
+        max_positions=8, window_tokens=8, window_overlap=2,
+    ),
+}  # fmt: skip
+
+
+def model_of(layout: str, **overrides) -> DocumentClassifier:
+    settings = dict(
+        vocab_size=60, num_classes=3, d_model=16, n_heads=2, n_layers=2, pool_heads=2,
+        dropout=0.0, embed_dropout=0.0, **LAYOUTS[layout],
+    )  # fmt: skip
+    torch.manual_seed(3)
+    model = DocumentClassifier(ModelConfig(**{**settings, **overrides})).eval()
+    with torch.no_grad():  # non-zero biases and LayerNorm offsets, as after training
+        for name, parameter in model.named_parameters():
+            if name.endswith("bias"):
+                parameter.normal_(0, 0.2)
+            elif "norm" in name and name.endswith("weight"):
+                parameter.uniform_(0.5, 1.5)
+    return model
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("propagation", ["gradient", "cp", "attnlrp"])
+def test_a_rule_changes_gradients_never_values(layout, propagation):
+    model = model_of(layout)
+    ids, mask = padded_batch([19, 6], vocab=60)
+    plain = model(ids, mask)
+    ruled = model(ids, mask, propagation=propagation)
+    assert_close(ruled.logits, plain.logits, atol=1e-5, rtol=1e-5)
+    assert_close(ruled.token_states, plain.token_states, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_conservative_relevance_and_what_no_word_causes_add_up_to_the_logit(layout):
+    """With attention probabilities, LayerNorm scales and GELU gates held constant the network
+    is affine in its sources: the word vectors, the position vectors and every additive bias.
+    Gradient × source then splits the logit exactly among them."""
+    model = model_of(layout)
+    ids, mask = padded_batch([19, 6], vocab=60)
+    target = torch.tensor([2, 0])
+    words = word_relevance(model, ids, mask, target, "cp")
+    assert torch.all(words[~mask] == 0)
+    for row in range(2):
+        model.zero_grad()
+        vectors = model.token_vectors(ids[row : row + 1]).detach().requires_grad_(True)
+        out = model(ids[row : row + 1], mask[row : row + 1], token_vectors=vectors,
+                    propagation="cp")  # fmt: skip
+        logit = out.logits[0, target[row]]
+        logit.backward()
+        sources = [p for n, p in model.named_parameters() if n.endswith("bias")]
+        sources.append(model.position_table.weight)
+        no_word = sum(float((p.grad * p).sum().detach()) for p in sources if p.grad is not None)
+        by_hand = float((vectors.grad * vectors).sum().detach())
+        assert by_hand == pytest.approx(float(words[row].sum()), abs=1e-5, rel=1e-4)
+        assert float(words[row].sum()) + no_word == pytest.approx(logit.item(), abs=1e-4)
+        assert abs(no_word) > 0.05  # the biases do cause part of it: the check is not vacuous
+
+
+def test_without_blocks_conservative_relevance_is_the_exact_class_contribution():
+    model = model_of("pre-LN", n_layers=0, positions="none")
+    ids, mask = padded_batch([9, 4], vocab=60)
+    out = model(ids, mask)
+    target = out.logits.argmax(-1)
+    contributions = model.token_contributions(out.token_states, out.pool_weights)
+    expected = contributions.gather(2, target[:, None, None].expand(-1, 9, 1))[..., 0]
+    assert_close(word_relevance(model, ids, mask, target, "cp"), expected, atol=1e-5, rtol=1e-4)
+
+
+def test_gradient_times_input_measures_a_word_where_it_enters_the_first_block():
+    """Through an embedding LayerNorm the plain gradient is orthogonal to the centred input,
+    so gradient · input there is ~0 whatever the word did. The word's part of the first
+    block's input is ``γ ⊙ (e - mean(e)) / σ`` (σ of word + position): the gradient there,
+    dotted with it, is the score."""
+    model = model_of("post-LN")
+    ids, mask = padded_batch([11], vocab=60)
+    words = model.token_vectors(ids)
+    summed = words + model.position_vectors(11, ids.device)
+    first_input = model.embedding_norm(summed).detach().requires_grad_(True)
+    captured = {}
+
+    def replace_input(module, args):
+        captured["x"] = args[0]
+        return (first_input, *args[1:])
+
+    handle = model.blocks[0].register_forward_pre_hook(replace_input)
+    logits = model(ids, mask).logits
+    handle.remove()
+    predicted = int(logits.argmax())
+    logits[0, predicted].backward()
+    norm = model.embedding_norm
+    sigma = (summed.var(-1, unbiased=False, keepdim=True) + norm.eps).sqrt()
+    word_part = norm.weight * (words - words.mean(-1, keepdim=True)) / sigma
+    expected = (first_input.grad * word_part).sum(-1)[0]
+    scored = scoring_pass(model, ids, mask, relevance_methods=()).grad_input[0]
+    assert_close(scored, expected.detach(), atol=1e-5, rtol=1e-4)
+
+
+# --- against the reference library on the real MiniLM weights -------------------------------
+
+
+@pytest.fixture()
+def lxt_rules(monkeypatch):
+    """lxt's own rule functions (``lxt.efficient.rules`` and ``.patches``). ``import
+    lxt.efficient`` runs its package ``__init__``, which imports lxt's copy of an older
+    ``transformers`` BERT that no longer imports on transformers 5; the rule modules need torch
+    alone, so they are loaded without that ``__init__``."""
+    root = Path(importlib.util.find_spec("lxt").origin).parent / "efficient"
+    package = types.ModuleType("lxt.efficient")
+    package.__path__ = [str(root)]
+    monkeypatch.setitem(sys.modules, "lxt.efficient", package)
+    for name in ("rules", "patches"):
+        monkeypatch.delitem(sys.modules, f"lxt.efficient.{name}", raising=False)
+    import lxt.efficient.patches as patches
+    import lxt.efficient.rules as rules
+
+    return rules, patches
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    from docclass.data.pretrained import (
+        encoder_model_settings,
+        encoder_state_dict,
+        encoder_tokenizer,
+        locate_encoder,
+    )
+
+    folder = locate_encoder("minilm")
+    settings = encoder_model_settings(folder)
+    model = DocumentClassifier(ModelConfig(num_classes=2, **settings))
+    model.load_state_dict(encoder_state_dict(folder, settings["n_layers"]), strict=False)
+    return folder, model.eval(), encoder_tokenizer(folder)
+
+
+@pytest.mark.parametrize(
+    ("propagation", "wrapper"),
+    [("attnlrp", "wrap_attention_forward"), ("cp", "cp_wrap_attention_forward")],
+)
+def test_relevance_through_minilm_equals_lxts_on_transformers_bert(
+    minilm, lxt_rules, monkeypatch, propagation, wrapper
+):
+    """lxt's rules patched into ``transformers``' BertModel as lxt patches BERT (its LayerNorm
+    forward, the identity rule at GELU, its attention wrapper), on the same weights and ids:
+    the relevance of each token for a fixed read-out of the final states must be docclass's."""
+    import transformers.models.bert.modeling_bert as modeling_bert
+    from transformers import BertModel
+
+    rules, patches = lxt_rules
+    folder, model, tokenizer = minilm
+    reference = BertModel.from_pretrained(folder, attn_implementation="eager").eval()
+    for module in reference.modules():
+        if isinstance(module, torch.nn.LayerNorm):
+            module.forward = types.MethodType(patches.layer_norm_forward, module)
+    for activation in {
+        id(m): m for m in reference.modules() if "Activation" in type(m).__name__
+    }.values():
+        activation.forward = functools.partial(rules.identity_rule_implicit, activation.forward)
+    monkeypatch.setattr(
+        modeling_bert,
+        "eager_attention_forward",
+        getattr(patches, wrapper)(modeling_bert.eager_attention_forward),
+    )
+    text = "The striker scored twice as the central bank held rates, and shares fell sharply."
+    ids = torch.tensor([tokenizer.encode(text).ids])
+    readout = torch.randn(ids.shape[1], 384, generator=torch.Generator().manual_seed(0))
+
+    embeds = reference.embeddings.word_embeddings(ids).detach().requires_grad_(True)
+    states = reference(inputs_embeds=embeds).last_hidden_state
+    (states[0] * readout).sum().backward()
+    expected = (embeds.grad * embeds).sum(-1)[0]
+
+    vectors = model.token_vectors(ids).detach().requires_grad_(True)
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    ours = model(ids, mask, token_vectors=vectors, propagation=propagation).token_states
+    (ours[0] * readout).sum().backward()
+    relevance = (vectors.grad * vectors).sum(-1)[0]
+
+    assert_close(ours[0], states[0].detach(), atol=1e-4, rtol=1e-4)  # the same network
+    assert_close(relevance, expected.detach(), atol=2e-4 * float(expected.abs().max()), rtol=1e-3)
+    # The rules matter: plain gradient × input on the same network is something else.
+    vectors.grad = None
+    plain = model(ids, mask, token_vectors=vectors).token_states
+    (plain[0] * readout).sum().backward()
+    assert not torch.allclose((vectors.grad * vectors).sum(-1)[0], expected, atol=1e-2)

@@ -1,0 +1,161 @@
+"""Encoder windows: a whole document through blocks that see one window at a time, one pool
+over every token (docclass/nn/windows.py). The reference is the same model run on each window
+as a document of its own."""
+
+import pytest
+import torch
+from helpers import padded_batch
+from torch.testing import assert_close
+
+from docclass.errors import ConfigError
+from docclass.interpret.methods import attention_rollout
+from docclass.nn.model import DocumentClassifier, ModelConfig
+from docclass.nn.windows import window_layout
+
+# The BERT layout pre-trained encoders are loaded into, with 8 learned positions: windows of 8.
+POST_LN = dict(
+    norm="post", embedding_norm=True, scale_embeddings=False, positions="learned", max_positions=8
+)
+
+
+def windowed(window: int = 8, overlap: int = 0, **overrides) -> DocumentClassifier:
+    settings = dict(
+        vocab_size=60, num_classes=3, d_model=16, n_heads=2, n_layers=2, pool_heads=2,
+        dropout=0.0, embed_dropout=0.0, window_tokens=window, window_overlap=overlap,
+        **POST_LN,
+    )  # fmt: skip
+    settings.update(overrides)
+    return DocumentClassifier(ModelConfig(**settings)).eval()
+
+
+def unwindowed(model: DocumentClassifier) -> DocumentClassifier:
+    """The same weights reading every row as one sequence."""
+    config = ModelConfig(**{**model.config.to_dict(), "window_tokens": 0, "window_overlap": 0})
+    plain = DocumentClassifier(config).eval()
+    plain.load_state_dict(model.state_dict())
+    return plain
+
+
+def states_of_window(plain: DocumentClassifier, ids: torch.Tensor) -> torch.Tensor:
+    """``[T,D]``: one window's tokens encoded as a document of their own."""
+    return plain(ids[None], torch.ones(1, len(ids), dtype=torch.bool)).token_states[0]
+
+
+def test_each_window_is_encoded_alone_and_one_pool_reads_them_all():
+    model = windowed()
+    plain = unwindowed(model)
+    ids = torch.randint(2, 60, (20,))
+    out = model(ids[None], torch.ones(1, 20, dtype=torch.bool))
+    expected = torch.cat([states_of_window(plain, ids[s : s + 8]) for s in (0, 8, 16)])
+    assert_close(out.token_states[0], expected, atol=1e-5, rtol=1e-5)
+    logits, weights = model.read_out(expected[None], torch.ones(1, 20, dtype=torch.bool))
+    assert_close(out.logits, logits, atol=1e-5, rtol=1e-5)
+    assert_close(out.pool_weights.sum(-1), torch.ones(1, 2))  # one pool over all 20 tokens
+    assert out.windows.rows == 3
+
+
+def test_overlapping_windows_give_each_token_the_copy_with_more_context():
+    model = windowed(overlap=3)
+    plain = unwindowed(model)
+    ids = torch.randint(2, 60, (13,))
+    out = model(ids[None], torch.ones(1, 13, dtype=torch.bool))
+    # Windows start every 5 tokens: [0, 8) and [5, 13). Token 6 has 1 token of context on its
+    # right in the first window and 1 on its left in the second (a tie: the earlier window);
+    # token 7 has 0 on its right in the first and 2 on its left in the second.
+    first, second = states_of_window(plain, ids[0:8]), states_of_window(plain, ids[5:13])
+    expected = torch.cat([first[:7], second[2:]])
+    assert_close(out.token_states[0], expected, atol=1e-5, rtol=1e-5)
+    # A third window, [10, 13), would own no token (each has more context in [5, 13)): not run.
+    assert out.windows.rows == 2
+
+
+def test_a_document_shorter_than_the_window_reads_as_before():
+    model = windowed()
+    plain = unwindowed(model)
+    ids, mask = padded_batch([7, 3], vocab=60)
+    assert_close(model(ids, mask).logits, plain(ids, mask).logits)
+
+
+def test_padding_and_batch_mates_do_not_change_a_document():
+    model = windowed(overlap=2)
+    ids, mask = padded_batch([19, 4, 30], vocab=60, extra_padding=5)
+    together = model(ids, mask)
+    for row, length in enumerate((19, 4, 30)):
+        alone = model(ids[row : row + 1, :length], mask[row : row + 1, :length])
+        assert_close(together.logits[row], alone.logits[0], atol=1e-5, rtol=1e-5)
+    weights = together.pool_weights
+    assert torch.all(weights.masked_select(~mask[:, None, :].expand_as(weights)) == 0)
+    assert_close(weights.sum(-1), torch.ones(3, 2))
+
+
+def test_a_copy_with_tokens_cut_out_equals_masking_them():
+    """Erasure checks cut removed tokens out and keep the rest at their document positions: each
+    kept token stays in its window at its own in-window position."""
+    model = windowed(overlap=3)
+    ids = torch.randint(2, 60, (1, 26))
+    keep = torch.ones(1, 26, dtype=torch.bool)
+    keep[0, [0, 5, 6, 7, 12, 13, 14, 15, 25]] = False  # the first window half gone, the last token
+    masked = model(ids, keep)
+    kept = keep[0].nonzero()[:, 0]
+    cut = model(ids[:, kept], torch.ones(1, len(kept), dtype=torch.bool), positions=kept[None])
+    assert_close(cut.logits, masked.logits, atol=1e-5, rtol=1e-5)
+
+
+def test_an_empty_document_in_the_batch_gets_zero_pool_weights():
+    model = windowed()
+    ids, mask = padded_batch([20, 1], vocab=60)
+    mask[1] = False
+    out = model(ids, mask)
+    assert torch.all(out.pool_weights[1] == 0) and torch.isfinite(out.logits).all()
+
+
+def test_rollout_runs_through_each_window_row():
+    model = windowed(overlap=3, n_layers=1)
+    plain = unwindowed(model)
+    ids = torch.randint(2, 60, (13,))
+    out = model(ids[None], torch.ones(1, 13, dtype=torch.bool), need_layer_weights=True)
+    assert out.layer_weights[0].shape == (2, 2, 8, 8)  # per row: 2 windows, 2 heads, 8 × 8
+    pool = out.pool_weights.mean(1)[0]
+    # Written out: windows [0, 8) and [5, 13); tokens 0-6 are read from the first, 7-12 from
+    # the second. Each window's flow starts at the pool's weight on the tokens it owns, goes
+    # through its own attention, and a token's two copies add up.
+    expected = torch.zeros(13)
+    for start, owned in ((0, range(0, 7)), (5, range(7, 13))):
+        part = ids[start : start + 8]
+        attention = plain(part[None], torch.ones(1, 8, dtype=torch.bool), True).layer_weights[0]
+        flow = torch.zeros(8)
+        flow[[t - start for t in owned]] = pool[list(owned)]
+        expected[start : start + 8] += flow @ (0.5 * attention[0].mean(0) + 0.5 * torch.eye(8))
+    rollout = attention_rollout(out.layer_weights, pool[None], out.windows)
+    assert_close(rollout[0], expected, atol=1e-6, rtol=1e-5)
+    assert_close(rollout.sum(), torch.tensor(1.0))
+
+
+def test_layout_keeps_every_real_token_once_as_an_owner():
+    mask = torch.zeros(3, 40, dtype=torch.bool)
+    mask[0], mask[1, :17], mask[2, :1] = True, True, True
+    positions = torch.arange(40).expand(3, -1)
+    for overlap in (0, 1, 4, 7):
+        layout = window_layout(mask, positions, 8, overlap)
+        owners = torch.zeros_like(mask, dtype=torch.long)
+        owners.index_put_(
+            (layout.document[layout.owner], layout.token[layout.owner]),
+            torch.tensor(1),
+            accumulate=True,
+        )
+        assert torch.equal(owners, mask.long())
+        assert (layout.position < 8).all() and (layout.slot < layout.width).all()
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(window_tokens=-1), "window_tokens must be >= 0"),
+        (dict(window_overlap=8), "window_overlap must be in \\[0, window_tokens=8\\)"),
+        (dict(window_tokens=16), "window_tokens 16 exceeds the 8 learned positions"),
+        (dict(attention_window=4), "set one of them"),
+    ],
+)
+def test_impossible_windows_are_refused(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        windowed(**overrides)
