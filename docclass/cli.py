@@ -82,6 +82,7 @@ class DocClassCLI(TrainingCLI):
             title=f"docclass report · {run_dir.name}",
             device=str(self.model.device),
             max_documents=self.config.fit.get("report_max_documents"),
+            faithfulness_documents=self.config.fit.get("report_faithfulness_documents"),
         )
         print(f"report: {summary['documents']} documents → {summary['index']}")
 

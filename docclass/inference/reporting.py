@@ -114,6 +114,31 @@ def load_documents(
     return _documents_from_source(data, split, text_column, label_column)
 
 
+def stratified_sample(
+    keys: Sequence[Any], size: int, seed: int = 0, taken: Sequence[int] = ()
+) -> list[int]:
+    """``size`` positions drawn without replacement, each ``key`` (class) in proportion to its
+    share (largest remainders get the seats rounding leaves), besides the positions already
+    ``taken``; sorted. Every position when there are no more than ``size``."""
+    chosen = set(taken)
+    groups: dict[Any, list[int]] = defaultdict(list)
+    for i, key in enumerate(keys):
+        if i not in chosen:
+            groups[key].append(i)
+    rest = sum(len(members) for members in groups.values())
+    if size >= rest:
+        return sorted(chosen | {i for members in groups.values() for i in members})
+    rng = np.random.default_rng(seed)
+    quotas = {key: size * len(members) / rest for key, members in groups.items()}
+    take = {key: int(quota) for key, quota in quotas.items()}
+    by_remainder = sorted(quotas, key=lambda key: (take[key] - quotas[key], str(key)))
+    for key in by_remainder[: size - sum(take.values())]:
+        take[key] += 1
+    for key, members in groups.items():
+        chosen |= set(rng.choice(members, take[key], replace=False).tolist())
+    return sorted(chosen)
+
+
 def select_for_report(
     labels: Sequence[str | None], predicted: Sequence[str | None], limit: int, seed: int = 0
 ) -> list[int]:
@@ -127,21 +152,11 @@ def select_for_report(
     errors = [i for i in range(n) if labels[i] is not None and labels[i] != predicted[i]]
     if len(errors) >= limit:
         return sorted(rng.choice(errors, limit, replace=False).tolist())
-    chosen = set(errors)
-    groups: dict[Any, list[int]] = defaultdict(list)
-    for i in range(n):
-        if i not in chosen:
-            groups[labels[i] if labels[i] is not None else predicted[i]].append(i)
-    room, rest = limit - len(chosen), n - len(chosen)
-    quotas = {key: room * len(members) / rest for key, members in groups.items()}
-    take = {key: int(quota) for key, quota in quotas.items()}
-    # Largest remainders get the seats rounding left over, so the sample is exactly ``limit``.
-    by_remainder = sorted(quotas, key=lambda key: (take[key] - quotas[key], str(key)))
-    for key in by_remainder[: room - sum(take.values())]:
-        take[key] += 1
-    for key, members in groups.items():
-        chosen |= set(rng.choice(members, take[key], replace=False).tolist())
-    return sorted(chosen)
+    keys = [
+        label if label is not None else guess
+        for label, guess in zip(labels, predicted, strict=True)
+    ]
+    return stratified_sample(keys, limit - len(errors), seed, taken=errors)
 
 
 def population_figures(
@@ -170,29 +185,45 @@ def measure_faithfulness(
     texts: Sequence[str],
     records: list[dict[str, Any]],
     device: str = "cpu",
+    documents: int | None = None,
 ) -> dict[str, Any] | None:
     """Per document and method, ERASER comprehensiveness and sufficiency under masked removal
-    (stored in each record's ``faithfulness``); returns their summary over documents.
+    (stored in each measured record's ``faithfulness``); returns their summary over documents.
+
+    With ``documents``, only a sample of that many is measured, stratified by true class
+    (predicted where unknown) and never chosen by whether the model erred, so the table that
+    picks the default method describes the documents as they come; the summary says so.
 
     Single pool heads are left to ``docclass faithfulness``: they are views of pool attention,
     never a default, and their rankings were a third of the report's perturbed copies."""
     classifier = float32_classifier(classifier)
-    for text, record in zip(texts, records, strict=True):
+    keys = [record.get("label") or record.get("predicted") for record in records]
+    chosen = (
+        stratified_sample(keys, documents) if documents is not None else range(len(records))
+    )
+    for i in chosen:
+        record = records[i]
         scores = record.get("scores", {})
         methods = {k: v for k, v in scores.items() if not k.startswith(HEAD_PREFIX)}
         measured = {**record, "scores": methods}
-        figures = document_faithfulness(classifier, text, measured, "mask", device=device)
+        figures = document_faithfulness(classifier, texts[i], measured, "mask", device=device)
         if figures:
             record["faithfulness"] = {"removal": "mask", "methods": figures}
     per_document = [r["faithfulness"]["methods"] for r in records if r.get("faithfulness")]
     if not per_document:
         return None
-    return {
+    summary = {
         "removal": "mask",
         "fractions": list(FRACTIONS),
         "documents": len(per_document),
         "methods": aggregate_faithfulness(per_document),
     }
+    if len(chosen) < len(records):
+        summary["sample"] = (
+            f"a sample of {len(per_document)} of the {len(records)} documents, drawn in "
+            "proportion to the classes (seed 0), whatever the model predicted"
+        )
+    return summary
 
 
 def make_report(
@@ -209,12 +240,15 @@ def make_report(
     max_documents: int | None = None,
     counterfactuals: bool = True,
     rationales: str | Path | None = None,
+    faithfulness_documents: int | None = None,
 ) -> dict[str, Any]:
     """Explain ``documents`` and write ``explanations.jsonl``, ``index.html`` and the pages.
 
-    With ``faithfulness``, every document also gets ERASER comprehensiveness and sufficiency
-    for each method and a random ranking (:func:`measure_faithfulness`): the pages' badges and
-    the index's table. It costs about as much again as explaining the words.
+    With ``faithfulness``, every document (or a class-stratified sample of
+    ``faithfulness_documents``) also gets ERASER comprehensiveness and sufficiency for each
+    method and a random ranking (:func:`measure_faithfulness`): the pages' badges and the
+    index's table. It costs several times explaining the words: a sample keeps the report of a
+    pre-trained encoder's model within minutes.
 
     With ``max_documents``, a larger set is first classified whole (the fast path) and the
     report explains :func:`select_for_report`'s sample of it; its headline figures stay those of
@@ -253,7 +287,11 @@ def make_report(
         classifier, texts, ids, labels, batch_size, all_classes, device=device
     )
     explained = time.perf_counter()
-    summary = measure_faithfulness(classifier, texts, records, device) if faithfulness else None
+    summary = (
+        measure_faithfulness(classifier, texts, records, device, faithfulness_documents)
+        if faithfulness
+        else None
+    )
     measured = time.perf_counter()
     checks = _record_checks(
         classifier, texts, records, summary, counterfactuals, rationales, device
@@ -324,6 +362,7 @@ def report_command(
     max_documents: PositiveInt | None = REPORT_MAX_DOCUMENTS,
     counterfactuals: bool = True,
     rationales: str | None = None,
+    faithfulness_documents: PositiveInt | None = None,
 ) -> dict[str, Any]:
     """Explain documents with a trained checkpoint and write a standalone HTML report:
     index.html, one page per document, explanations.jsonl.
@@ -343,7 +382,9 @@ def report_command(
             class and contrast two, the index contrasts confused classes (false: smaller files).
         device: cpu, cuda, cuda:1, ...
         faithfulness: measure each method's ERASER comprehensiveness per document (the pages'
-            badges and the index's table); about doubles the report's time.
+            badges and the index's table); several times the cost of explaining.
+        faithfulness_documents: measure faithfulness on a sample of this many documents,
+            drawn in proportion to the classes (the index says so); null measures every one.
         max_documents: explain at most this many: every misclassified document first, then a
             sample stratified by class (all are classified for the headline figures); null
             explains every document.
@@ -369,6 +410,7 @@ def report_command(
         max_documents=max_documents,
         counterfactuals=counterfactuals,
         rationales=rationales,
+        faithfulness_documents=faithfulness_documents,
     )
     print(
         f"report: {summary['documents']} documents in {summary['total_s']:.1f} s "

@@ -333,6 +333,8 @@ def write_report(
     }
     pool_heads = pool_heads_of(records)
     measured = faithfulness or {}
+    # A page outside the measured sample says why it has no faithfulness badge.
+    common["faithfulness_sample"] = measured.get("sample")
     shown_first = default_method(measured.get("methods"), measured.get("documents", 0))
     hrefs = [f"{documents_dir}/{document_filename(p)}" for p in range(len(records))]
     for position, record in enumerate(records):
@@ -488,6 +490,7 @@ def _trust_section(faithfulness: dict[str, Any] | None, out_dir: Path) -> dict[s
     if table:
         floor = table["random"]["comprehensiveness"]
         section["documents"] = faithfulness["documents"]
+        section["sample"] = faithfulness.get("sample")
         section["random"] = table["random"]
         for name, row in sorted(table.items(), key=lambda kv: -kv[1]["comprehensiveness"]):
             section["rows"].append(

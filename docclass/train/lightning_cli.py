@@ -73,6 +73,14 @@ class TrainingCLI(LightningCLI):
         )
 
         parser.add_argument(
+            "--report_faithfulness_documents",
+            type=int | None,
+            default=None,
+            help="the after-fit report measures each method's faithfulness on a sample of this "
+            "many of its documents, drawn in proportion to the classes (the report says so); "
+            "null measures every one",
+        )
+        parser.add_argument(
             "--train_tokens",
             type=int | None,
             default=None,

@@ -398,3 +398,24 @@ def test_capped_report_keeps_the_headline_of_every_document(tmp_path):
     accuracy = sum(p == t for p, t in zip(predicted, labels, strict=True)) / 30
     assert f"<b>{accuracy:.3f}</b>accuracy" in html and "<b>30</b>documents" in html
     assert "8 of 30 documents shown" in html and "over all 30 documents" in html
+
+
+def test_faithfulness_on_a_class_stratified_sample_says_so(tmp_path):
+    classifier = tiny_classifier(n_layers=1)
+    # Grouped by class, as splits often are: the first six would be two classes only.
+    texts = [f"{DOCUMENTS[i // 4]} {i}" for i in range(12)]
+    labels = [LABELS[i // 4] for i in range(12)]
+    documents = Documents(texts, [str(i) for i in range(12)], labels, "twelve documents")
+    make_report(classifier, documents, tmp_path, faithfulness_documents=6, counterfactuals=False)
+    records = read_jsonl(tmp_path / "explanations.jsonl")
+    measured = [r for r in records if r.get("faithfulness")]
+    assert len(records) == 12 and len(measured) == 6
+    # Two of each class, whatever the model predicted: the table describes documents as they come.
+    assert sorted(r["label"] for r in measured) == sorted(LABELS * 2)
+    index = (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert "a sample of 6 of the 12 documents, drawn in proportion to the classes" in index
+    meta = json.loads((tmp_path / REPORT_META).read_text())
+    assert meta["faithfulness"]["documents"] == 6
+    left_out = records.index(next(r for r in records if not r.get("faithfulness")))
+    page = (tmp_path / "docs" / document_filename(left_out)).read_text(encoding="utf-8")
+    assert "this document is not among them" in page and "id=\"faithfulness-badge\"" not in page

@@ -1,0 +1,69 @@
+"""The counterfactual search: doubling the words removed, then halving, against a stand-in model
+whose label is known for every count."""
+
+import numpy as np
+import pytest
+from helpers import LABELS
+
+from docclass.evaluate import counterfactual
+from docclass.evaluate.counterfactual import document_counterfactual, doubling_counts
+
+
+class Classifier:
+    label_names = LABELS
+    tokenizer = None
+    model = None
+
+
+@pytest.fixture()
+def flips_when(monkeypatch):
+    """Install a stand-in model: removing k top words predicts class 1 when ``flips(k)``."""
+    asked: list[int] = []
+
+    def install(flips):
+        def distributions(model, ids, token_words, masks, removal, device="cpu", unk_id=1):
+            rows = []
+            for keep in masks:
+                k = int((~keep).sum())
+                asked.append(k)
+                rows.append([0.2, 0.7, 0.1] if flips(k) else [0.8, 0.1, 0.1])
+            return np.array(rows)
+
+        monkeypatch.setattr(counterfactual, "keep_distributions", distributions)
+        monkeypatch.setattr(counterfactual, "unknown_id", lambda tokenizer: 1)
+        monkeypatch.setattr(
+            counterfactual, "document_inputs", lambda classifier, text, record: (None, None, 0)
+        )
+        return asked
+
+    return install
+
+
+RECORD = {"words_read": 100, "words": [f"w{i}" for i in range(100)],
+          "scores": {"contribution": list(np.linspace(1, 0, 100))}}  # fmt: skip
+
+
+def test_doubling_then_halving_finds_the_count_where_the_label_changes(flips_when):
+    asked = flips_when(lambda k: k >= 5)
+    found = document_counterfactual(Classifier(), "text", RECORD, "contribution")
+    assert found["k"] == 5 and found["label"] == "sport" and found["p"] == 0.7
+    assert found["words"] == ["w0", "w1", "w2", "w3", "w4"]  # the five best-scored words
+    # 1, 2 first; then 4, 8, 16, 20 (20 % of 100 words); then 6 and 5 between 4 and 8.
+    assert asked == [1, 2, 4, 8, 16, 20, 6, 5] and found["counts"] == [1, 2, 4, 5, 6, 8, 16, 20]
+
+
+def test_a_first_word_that_flips_costs_two_passes(flips_when):
+    asked = flips_when(lambda k: True)
+    assert document_counterfactual(Classifier(), "text", RECORD, "contribution")["k"] == 1
+    assert asked == [1, 2]
+
+
+def test_no_count_tried_flips_the_label(flips_when):
+    asked = flips_when(lambda k: False)
+    found = document_counterfactual(Classifier(), "text", RECORD, "contribution")
+    assert found["k"] is None and found["tried"] == 20 and asked == [1, 2, 4, 8, 16, 20]
+
+
+def test_counts_double_up_to_the_limit():
+    assert doubling_counts(1) == [1] and doubling_counts(3) == [1, 2, 3]
+    assert doubling_counts(96) == [1, 2, 4, 8, 16, 32, 64, 96]
