@@ -88,7 +88,7 @@ corpora: $(STAMP)  ## recommended configs vs TF-IDF+LinearSVC on BBC and ../shar
 encoder-speed: $(STAMP)  ## docclass's MiniLM beside transformers' BertForSequenceClassification, same batches (~3 min)
 	$(BIN)/python -m scripts.encoder_speed --config configs/minilm.yaml --out reports/encoder-speed.json
 
-planted-keyword: $(STAMP)  ## do the word scores find a planted deciding keyword? (~30 s)
+planted-keyword: $(STAMP)  ## do the word scores find a planted deciding keyword? tiny model and MiniLM (~15 min)
 	$(BIN)/python -m scripts.planted_keyword --out reports/planted-keyword.json
 
 long-documents: $(STAMP)  ## full vs windowed attention, 512 to 8,192 tokens (speed and memory)

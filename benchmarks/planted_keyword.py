@@ -31,18 +31,13 @@ def planted_keyword_hits(
     self-attention blocks, and count how often each method ranks the keyword first on
     held-out documents."""
     root = Path(workdir)
-    root.mkdir(parents=True, exist_ok=True)
-    corpus = root / "planted.jsonl"
-    with corpus.open("w", encoding="utf-8") as handle:
-        for row in planted_keyword_corpus(n_per_class):
-            handle.write(json.dumps({"text": row["text"], "label": row["label"]}) + "\n")
+    corpus = _write_corpus(root / "planted.jsonl", planted_keyword_corpus(n_per_class))
     held_out = planted_keyword_corpus(held_out_per_class, seed=1)
     results = {}
-    configs = Path(__file__).resolve().parents[1] / "configs"
     for blocks in block_counts:
         run_dir = root / f"blocks-{blocks}"
         main([
-            "fit", "--config", str(configs / "tiny.yaml"), "--data.source", str(corpus),
+            "fit", "--config", str(CONFIGS / "tiny.yaml"), "--data.source", str(corpus),
             "--data.max_docs_per_class", "null", "--trainer.max_epochs", str(epochs),
             # The tiny config's 64 tokens would cut some keywords off: read whole documents.
             "--data.max_tokens", "256",
@@ -50,43 +45,97 @@ def planted_keyword_hits(
             "--model.n_layers", str(blocks), "--trainer.default_root_dir", str(run_dir),
             "--seed_everything", str(seed),
         ])  # fmt: skip
-        accuracy = json.loads((run_dir / "metrics.json").read_text())["test"]["accuracy"]
-        classifier = load_classifier(run_dir / "checkpoints" / "last.ckpt")
-        records = explain_documents(classifier, [row["text"] for row in held_out])
-        hits = {
-            method: float(
-                np.mean(
-                    [
-                        int(np.argmax(record["scores"][method])) == row["keyword_position"]
-                        for record, row in zip(records, held_out, strict=True)
-                    ]
-                )
-            )
-            for method in records[0]["scores"]
-        }
-        # How much the pool's weights decide: shuffled over each document, the prediction moves
-        # far when only the pool singles out the keyword, little when a block has spread it.
-        permuted = permuted_pool(classifier, [row["text"] for row in held_out], permutations=10)
-        # The method a report of this model would show first, chosen by its own faithfulness
-        # table on these documents (deletion as ERASER defines it, and masking).
-        texts = [row["text"] for row in held_out]
-        chosen = {}
-        for removal in ("mask", "delete"):
-            table = faithfulness_table(classifier, texts, records, removal)
-            choice = default_method(table, len(texts))
-            chosen[removal] = {
-                "method": choice.method,
-                "keyword_ranked_first": hits[choice.method],
-                "reason": choice.reason,
-                "table": {
-                    name: {k: round(row[k], 4) for k in ("comprehensiveness", "sufficiency")}
-                    for name, row in table.items()
-                },
-            }
-        results[f"{blocks} blocks"] = {
-            "test_accuracy": accuracy,
-            "keyword_ranked_first": hits,
-            "default_method": chosen,
-            "permuted_pool": permuted,
-        }
+        results[f"{blocks} blocks"] = _keyword_run(run_dir, held_out)
     return {"held_out_documents": len(held_out), "epochs": epochs, "seed": seed, "runs": results}
+
+
+# Long enough to span two or three of MiniLM's 128-token windows (the keyword lands in any).
+ENCODER_DOCUMENT_WORDS = (60, 110)
+
+
+def encoder_keyword_hits(
+    workdir: str,
+    config: str = "configs/minilm.yaml",
+    n_per_class: int = 200,
+    held_out_per_class: int = 30,
+    epochs: int = 3,
+    seed: int = 0,
+) -> dict:
+    """Fine-tune a pre-trained encoder's config (MiniLM, all six blocks) on a planted-keyword
+    corpus of documents that span several windows, and count how often each method ranks the
+    keyword first on held-out documents."""
+    root = Path(workdir)
+    rows = planted_keyword_corpus(n_per_class, words_per_document=ENCODER_DOCUMENT_WORDS)
+    corpus = _write_corpus(root / "planted-long.jsonl", rows)
+    held_out = planted_keyword_corpus(
+        held_out_per_class, words_per_document=ENCODER_DOCUMENT_WORDS, seed=1
+    )
+    run_dir = root / "encoder"
+    main([
+        "fit", "--config", str(config), "--data.source", str(corpus),
+        "--trainer.max_epochs", str(epochs), "--trainer.min_epochs", "1", "--train_tokens", "null",
+        "--report_after_fit", "false", "--trainer.default_root_dir", str(run_dir),
+        "--trainer.enable_progress_bar", "false", "--seed_everything", str(seed),
+    ])  # fmt: skip
+    return {
+        "config": str(config),
+        "held_out_documents": len(held_out),
+        "epochs": epochs,
+        "seed": seed,
+        "run": _keyword_run(run_dir, held_out),
+    }
+
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def _write_corpus(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps({"text": row["text"], "label": row["label"]}) + "\n")
+    return path
+
+
+def _keyword_run(run_dir: Path, held_out: list[dict]) -> dict:
+    """A trained run's test accuracy, each method's share of held-out documents whose top word
+    is the keyword, how much the pool's weights decide, and the method a report would show."""
+    accuracy = json.loads((run_dir / "metrics.json").read_text())["test"]["accuracy"]
+    classifier = load_classifier(run_dir / "checkpoints" / "last.ckpt")
+    texts = [row["text"] for row in held_out]
+    records = explain_documents(classifier, texts)
+    hits = {
+        method: float(
+            np.mean(
+                [
+                    int(np.argmax(record["scores"][method])) == row["keyword_position"]
+                    for record, row in zip(records, held_out, strict=True)
+                ]
+            )
+        )
+        for method in records[0]["scores"]
+    }
+    # How much the pool's weights decide: shuffled over each document, the prediction moves
+    # far when only the pool singles out the keyword, little when a block has spread it.
+    permuted = permuted_pool(classifier, texts, permutations=10)
+    # The method a report of this model would show first, chosen by its own faithfulness
+    # table on these documents (deletion as ERASER defines it, and masking).
+    chosen = {}
+    for removal in ("mask", "delete"):
+        table = faithfulness_table(classifier, texts, records, removal)
+        choice = default_method(table, len(texts))
+        chosen[removal] = {
+            "method": choice.method,
+            "keyword_ranked_first": hits[choice.method],
+            "reason": choice.reason,
+            "table": {
+                name: {k: round(row[k], 4) for k in ("comprehensiveness", "sufficiency")}
+                for name, row in table.items()
+            },
+        }
+    return {
+        "test_accuracy": accuracy,
+        "keyword_ranked_first": hits,
+        "default_method": chosen,
+        "permuted_pool": permuted,
+    }

@@ -45,28 +45,38 @@ def test_frozen_encoder_is_left_out_of_the_optimiser():
 
 
 def test_minilm_run_end_to_end_on_a_tiny_slice(tmp_path):
-    """Fit from MiniLM, test, and write the report: every method scores every document, the
-    rollout runs through all six pre-trained blocks, and faithfulness is measured."""
+    """Fit from MiniLM on whole documents cut into windows, test, and write the report: every
+    method scores every word read, the rollout runs through all six pre-trained blocks, and
+    faithfulness is measured. Windows of 16 tokens and documents cut at 48 keep it quick while
+    every document spans three windows."""
     main([
         "fit", "--config", str(CONFIGS / "minilm.yaml"),
-        "--data.max_tokens", "24", "--data.max_docs_per_class", "6",
-        "--trainer.max_epochs", "1", "--report_max_documents", "6",
-        "--trainer.default_root_dir", str(tmp_path),
+        "--model.window_tokens", "16", "--data.max_tokens", "48",
+        "--data.max_docs_per_class", "6", "--trainer.max_epochs", "1",
+        "--trainer.min_epochs", "1", "--report_max_documents", "6",
+        "--report_faithfulness_documents", "3", "--trainer.default_root_dir", str(tmp_path),
     ])  # fmt: skip
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["config"]["model"]["encoder"] == "minilm"
     checkpoint = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     config = checkpoint["docclass"]["model_config"]
     assert (config["d_model"], config["n_layers"], config["norm"]) == (384, 6, "post")
+    assert config["window_tokens"] == 16
     records = read_jsonl(tmp_path / "report" / "explanations.jsonl")
-    assert len(records) == 6
+    assert len(records) == 6 and all(r["tokens_read"] == 48 for r in records)
     methods = set(records[0]["scores"])
-    assert {"attention", "contribution", "grad_input", "rollout"} <= methods
+    assert {"attention", "contribution", "grad_input", "rollout", "conservative"} <= methods
     for record in records:
         assert set(record["scores"]) == methods
         assert all(len(s) == len(record["words"]) for s in record["scores"].values())
+        # The pool and the relevance reach the last window, not only the first.
+        last_words = range(record["words_read"] * 2 // 3, record["words_read"])
+        assert any(record["scores"]["attention"][w] > 0 for w in last_words)
+        assert any(record["scores"]["conservative"][w] != 0 for w in last_words)
     faithfulness = json.loads((tmp_path / "report" / "report.json").read_text())["faithfulness"]
-    assert faithfulness["documents"] == 6
+    assert faithfulness["documents"] == 3 and "a sample of 3 of the 6 documents" in (
+        faithfulness["sample"]
+    )
     assert {"attention", "contribution", "rollout", "grad_input"} <= set(faithfulness["methods"])
     # Every page offers the rollout through the top 1…6 of MiniLM's blocks.
     records_with_depths = [r for r in records if len(r.get("rollout_depths", [])) == 5]
@@ -74,12 +84,20 @@ def test_minilm_run_end_to_end_on_a_tiny_slice(tmp_path):
     pages = [p for p in (tmp_path / "report").rglob("*.html") if p.name != "index.html"]
     html = pages[0].read_text()
     assert '<select id="depth">' in html and "all 6 blocks" in html and "the top 5 blocks" in html
-    # A short document's page carries every block's word-to-word attention: six blocks of
-    # twelve heads, loaded back from the checkpoint alone.
+    # A short document's page carries every block's word-to-word attention (one window: six
+    # blocks of twelve heads); a long one's is not drawn (its windows would be partial maps).
+    # Loaded back from the checkpoint alone, which brings its windows.
     classifier = load_classifier(tmp_path / "checkpoints" / "last.ckpt")
-    (short,) = explain_documents(classifier, ["Shares rose after the bank's profits doubled."])
+    short, long = explain_documents(
+        classifier, ["Shares rose after the bank's profits doubled.", records[0]["text"]]
+    )
     assert [len(layer) for layer in short["layer_maps"]] == [12] * 6
     assert len(short["layer_maps"][0][0]) == len(short["words"])
+    assert "layer_maps" not in long and long["tokens_read"] == 48
+    # The same scores as the report's (batched with other documents there: float rounding).
+    assert long["scores"]["conservative"] == pytest.approx(
+        records[0]["scores"]["conservative"], rel=1e-3, abs=1e-6
+    )
 
 
 @pytest.mark.fault(
