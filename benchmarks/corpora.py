@@ -21,7 +21,8 @@ from docclass.train.lightning_cli import datamodule_from_config
 # Candidates: a name, a config, and overrides that fit it to a corpus's document length.
 CANDIDATES = {
     "from scratch": ("configs/bbc.yaml", []),
-    "MiniLM": ("configs/minilm.yaml", []),
+    "MiniLM 128": ("configs/minilm-128.yaml", []),
+    "MiniLM whole": ("configs/minilm.yaml", []),
 }
 
 
@@ -65,6 +66,18 @@ def compare_on_corpus(
     return result
 
 
+def carry_over(
+    result: dict[str, Any], earlier: dict[str, Any] | None, names: list[str]
+) -> dict[str, Any]:
+    """``result`` with the sweeps of candidates not run now (not in ``names``) taken from an
+    earlier ``corpora.json``'s entry for the same corpus, marked ``carried_over``: a sweep of
+    hours is not repeated for a candidate whose config did not change."""
+    for label, sweep in ((earlier or {}).get("candidates") or {}).items():
+        if label not in names and label not in result["candidates"]:
+            result["candidates"][label] = {**sweep, "carried_over": True}
+    return result
+
+
 def choose_on_validation(corpora: dict[str, dict[str, Any]]) -> str:
     """The one candidate to recommend for every corpus: the best validation accuracy averaged
     over the corpora (each corpus's mean over seeds). Test figures play no part.
@@ -72,7 +85,12 @@ def choose_on_validation(corpora: dict[str, dict[str, Any]]) -> str:
     One recipe rather than one per corpus: the recommendation is what a user runs on a corpus
     nobody has measured, and a per-corpus choice on a validation split of a few hundred
     documents picks noise (on BBC the two candidates differ by less than one document)."""
-    names = list(next(iter(corpora.values()))["candidates"])
+    # Candidates measured on every corpus.
+    names = [
+        name
+        for name in next(iter(corpora.values()))["candidates"]
+        if all(name in corpus["candidates"] for corpus in corpora.values())
+    ]
 
     def mean_validation(name: str) -> float:
         return sum(c["candidates"][name]["val_acc"]["mean"] for c in corpora.values()) / len(
@@ -111,8 +129,9 @@ def corpora_markdown(figures: dict[str, Any]) -> str:
         )
         for label, sweep in result["candidates"].items():
             chosen = "✔" if label == result["recommended"] else ""
+            earlier = ", earlier sweep" if sweep.get("carried_over") else ""
             lines.append(
-                f"| {corpus} | docclass {label} ({len(sweep['runs'])} seeds) "
+                f"| {corpus} | docclass {label} ({len(sweep['runs'])} seeds{earlier}) "
                 f"| {_spread(sweep['val_acc'])} | {_spread(sweep['test_acc'])} "
                 f"| {_spread(sweep['test_macro_f1'])} | {sweep['train_time_s']['mean']:.0f} s "
                 f"| {chosen} |"

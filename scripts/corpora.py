@@ -3,7 +3,9 @@
 Trains every candidate config under every seed on BBC and on each development corpus found
 (plus folders given with --folder), recommends the one candidate with the best validation
 accuracy averaged over the corpora, and writes reports/corpora.json and reports/corpora.md.
-Runs already finished in --runs are reused, so an interrupted sweep continues where it stopped.
+Runs already finished in --runs are reused, so an interrupted sweep continues where it stopped;
+with --candidates, the other candidates' figures are carried over from the earlier --out JSON
+(and marked so in the table).
 """
 
 import argparse
@@ -15,6 +17,7 @@ import datasets
 
 from benchmarks.corpora import (
     CANDIDATES,
+    carry_over,
     choose_on_validation,
     compare_on_corpus,
     corpora_markdown,
@@ -43,17 +46,23 @@ def main() -> None:
     if args.only:
         corpora = {name: source for name, source in corpora.items() if name in args.only}
     candidates = {c: CANDIDATES[c] for c in (args.candidates or CANDIDATES)}
+    out = Path(args.out)
+    earlier = (
+        json.loads(out.with_suffix(".json").read_text()).get("corpora", {})
+        if out.with_suffix(".json").is_file()
+        else {}
+    )
     figures = {"seeds": args.seeds, "machine": machine_summary(), "corpora": {}}
+    # Corpora measured earlier and not run now stay in the table.
+    figures["corpora"].update({n: r for n, r in earlier.items() if n not in corpora})
     for name, source in corpora.items():
-        figures["corpora"][name] = compare_on_corpus(
-            name, source, args.seeds, Path(args.runs), candidates
-        )
+        result = compare_on_corpus(name, source, args.seeds, Path(args.runs), candidates)
+        figures["corpora"][name] = carry_over(result, earlier.get(name), list(candidates))
         # Chosen again over every corpus measured so far: one recipe for all of them.
         figures["recommended"] = choose_on_validation(figures["corpora"])
         for result in figures["corpora"].values():
             result["recommended"] = figures["recommended"]
             result["recommended_beats_svm"] = recommended_beats_svm(result)
-        out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".json").write_text(json.dumps(figures, indent=2) + "\n")
         out.with_suffix(".md").write_text(corpora_markdown(figures))

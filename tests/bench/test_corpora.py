@@ -31,3 +31,17 @@ def test_only_folders_with_all_three_splits_are_corpora(tmp_path):
             (tmp_path / name / f"{split}.jsonl").write_text("")
     assert development_corpora(tmp_path) == {"whole": str(tmp_path / "whole")}
     assert development_corpora(tmp_path / "absent") == {}
+
+
+def test_candidates_not_run_now_are_carried_over_and_marked():
+    from benchmarks.corpora import carry_over
+
+    earlier = {"candidates": {"a": sweep(0.9, 0.9, 0.9), "b": sweep(0.8, 0.8, 0.8)}}
+    now = {"candidates": {"b": sweep(0.85, 0.85, 0.85), "c": sweep(0.7, 0.7, 0.7)}}
+    result = carry_over(now, earlier, ["b", "c"])
+    assert result["candidates"]["a"]["carried_over"] is True
+    assert result["candidates"]["b"]["val_acc"]["mean"] == 0.85  # run now: not replaced
+    assert "carried_over" not in result["candidates"]["c"]
+    # Only candidates measured on every corpus can be recommended.
+    corpora = {"x": result, "y": {"candidates": {"b": sweep(0.5, 0.5, 0.5)}}}
+    assert choose_on_validation(corpora) == "b"
