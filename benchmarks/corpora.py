@@ -66,14 +66,12 @@ def compare_on_corpus(
     return result
 
 
-def carry_over(
-    result: dict[str, Any], earlier: dict[str, Any] | None, names: list[str]
-) -> dict[str, Any]:
-    """``result`` with the sweeps of candidates not run now (not in ``names``) taken from an
-    earlier ``corpora.json``'s entry for the same corpus, marked ``carried_over``: a sweep of
-    hours is not repeated for a candidate whose config did not change."""
+def carry_over(result: dict[str, Any], earlier: dict[str, Any] | None) -> dict[str, Any]:
+    """``result`` with the sweeps of candidates not run now taken from an earlier
+    ``corpora.json``'s entry for the same corpus, marked ``carried_over``: a sweep of hours is
+    not repeated for a candidate whose config did not change."""
     for label, sweep in ((earlier or {}).get("candidates") or {}).items():
-        if label not in names and label not in result["candidates"]:
+        if label not in result["candidates"]:
             result["candidates"][label] = {**sweep, "carried_over": True}
     return result
 

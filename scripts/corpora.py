@@ -57,7 +57,7 @@ def main() -> None:
     figures["corpora"].update({n: r for n, r in earlier.items() if n not in corpora})
     for name, source in corpora.items():
         result = compare_on_corpus(name, source, args.seeds, Path(args.runs), candidates)
-        figures["corpora"][name] = carry_over(result, earlier.get(name), list(candidates))
+        figures["corpora"][name] = carry_over(result, earlier.get(name))
         # Chosen again over every corpus measured so far: one recipe for all of them.
         figures["recommended"] = choose_on_validation(figures["corpora"])
         for result in figures["corpora"].values():

@@ -38,7 +38,7 @@ def test_candidates_not_run_now_are_carried_over_and_marked():
 
     earlier = {"candidates": {"a": sweep(0.9, 0.9, 0.9), "b": sweep(0.8, 0.8, 0.8)}}
     now = {"candidates": {"b": sweep(0.85, 0.85, 0.85), "c": sweep(0.7, 0.7, 0.7)}}
-    result = carry_over(now, earlier, ["b", "c"])
+    result = carry_over(now, earlier)
     assert result["candidates"]["a"]["carried_over"] is True
     assert result["candidates"]["b"]["val_acc"]["mean"] == 0.85  # run now: not replaced
     assert "carried_over" not in result["candidates"]["c"]
