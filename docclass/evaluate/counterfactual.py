@@ -107,15 +107,18 @@ def add_counterfactuals(
     method: str,
     max_fraction: float = MAX_FRACTION,
     device: str = "cpu",
+    positions: Sequence[int] | None = None,
 ) -> dict[str, Any]:
-    """Store each record's counterfactual under ``counterfactual``; return how often one exists
-    (``documents`` tried, ``flipped``, their ``share``, and the median words removed)."""
+    """Store each record's counterfactual under ``counterfactual`` (only the records at
+    ``positions`` when given); return how often one exists (``documents`` tried, ``flipped``,
+    their ``share``, and the median words removed)."""
     classifier = float32_classifier(classifier)
     found = []
     tried = 0
-    for text, record in zip(texts, records, strict=True):
+    for position in range(len(records)) if positions is None else positions:
+        record = records[position]
         counterfactual = document_counterfactual(
-            classifier, text, record, method, max_fraction, device=device
+            classifier, texts[position], record, method, max_fraction, device=device
         )
         if counterfactual is None:
             continue

@@ -198,9 +198,7 @@ def measure_faithfulness(
     never a default, and their rankings were a third of the report's perturbed copies."""
     classifier = float32_classifier(classifier)
     keys = [record.get("label") or record.get("predicted") for record in records]
-    chosen = (
-        stratified_sample(keys, documents) if documents is not None else range(len(records))
-    )
+    chosen = stratified_sample(keys, documents) if documents is not None else range(len(records))
     for i in chosen:
         record = records[i]
         scores = record.get("scores", {})
@@ -293,8 +291,15 @@ def make_report(
         else None
     )
     measured = time.perf_counter()
+    # With a faithfulness sample, counterfactuals are searched on the same documents: each
+    # costs a dozen passes, which through a pre-trained encoder a whole split cannot afford.
+    searched = (
+        [i for i, record in enumerate(records) if record.get("faithfulness")]
+        if summary and summary.get("sample")
+        else None
+    )
     checks = _record_checks(
-        classifier, texts, records, summary, counterfactuals, rationales, device
+        classifier, texts, records, summary, counterfactuals, rationales, device, searched
     )
     checked = time.perf_counter()
     write_jsonl(records, out_dir / "explanations.jsonl")
@@ -329,16 +334,18 @@ def _record_checks(
     counterfactuals: bool,
     rationales: str | Path | None,
     device: str,
+    searched: Sequence[int] | None = None,
 ) -> dict[str, Any]:
-    """Counterfactuals by the default method, agreement between methods and, with rationales,
-    plausibility: stored in the records, summarised for the index."""
+    """Counterfactuals by the default method (on the records at ``searched`` when given),
+    agreement between methods and, with rationales, plausibility: stored in the records,
+    summarised for the index."""
     shown_first = default_method(
         faithfulness["methods"] if faithfulness else None,
         faithfulness["documents"] if faithfulness else 0,
     )
     return {
         "counterfactual": add_counterfactuals(
-            classifier, texts, records, shown_first.method, device=device
+            classifier, texts, records, shown_first.method, device=device, positions=searched
         )
         if counterfactuals
         else None,

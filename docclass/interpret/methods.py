@@ -71,29 +71,35 @@ def scoring_pass(
     mask: torch.Tensor,
     relevance_methods: tuple[str, ...] = tuple(RELEVANCE_METHODS),
 ) -> ScoringPass:
-    """Run one padded batch with gradients on the word vectors (eval mode): one pass for the
-    attention methods, the contributions and gradient × input, and one more per relevance
-    rule in ``relevance_methods``."""
+    """Run one padded batch with gradients on the word vectors (eval mode).
+
+    The first relevance rule's pass also gives the logits, the pool's and every block's
+    attention and the token states (a rule changes gradients, never values); gradient × input
+    and any further rule each take one more forward and backward pass (the fused attention
+    kernel: no weights asked). Without a relevance method the gradient pass gives them."""
     # Callers may sit inside Lightning's validation loop, which runs in inference mode (and
     # perhaps autocast); gradient × input needs ordinary tensors, autograd and full precision.
     no_autocast = torch.autocast(input_ids.device.type, enabled=False)
+    first = RELEVANCE_METHODS[relevance_methods[0]] if relevance_methods else "gradient"
     with torch.inference_mode(False), torch.enable_grad(), no_autocast:
         words = model.token_vectors(input_ids).detach()  # (B, T, D)
         vectors = words.clone().requires_grad_(True)
         out = model(
-            input_ids,
-            mask,
-            need_layer_weights=True,
-            token_vectors=vectors,
-            propagation="gradient",
+            input_ids, mask, need_layer_weights=True, token_vectors=vectors, propagation=first
         )
         predicted = out.logits.argmax(dim=-1)
         # Documents do not interact in eval mode, so one backward pass serves the whole batch.
         (gradient,) = torch.autograd.grad(out.logits.gather(1, predicted[:, None]).sum(), vectors)
-        relevance = {
-            name: word_relevance(model, input_ids, mask, predicted, RELEVANCE_METHODS[name])
-            for name in relevance_methods
-        }
+        first_scores = ((gradient * words).sum(dim=-1) * mask).detach()
+        relevance = {}
+        if relevance_methods:
+            relevance[relevance_methods[0]] = first_scores
+            for name in relevance_methods[1:]:
+                rule = RELEVANCE_METHODS[name]
+                relevance[name] = word_relevance(model, input_ids, mask, predicted, rule)
+            grad_input = word_relevance(model, input_ids, mask, predicted, "gradient")
+        else:
+            grad_input = first_scores
         with torch.no_grad():
             pool_weights = out.pool_weights.detach()
             return ScoringPass(
@@ -103,7 +109,7 @@ def scoring_pass(
                 contributions=model.token_contributions(out.token_states.detach(), pool_weights),
                 layer_weights=[weights.detach() for weights in out.layer_weights or []],
                 windows=out.windows,
-                grad_input=(gradient * words).sum(dim=-1) * mask,
+                grad_input=grad_input,
                 relevance=relevance,
             )
 

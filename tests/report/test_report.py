@@ -406,10 +406,14 @@ def test_faithfulness_on_a_class_stratified_sample_says_so(tmp_path):
     texts = [f"{DOCUMENTS[i // 4]} {i}" for i in range(12)]
     labels = [LABELS[i // 4] for i in range(12)]
     documents = Documents(texts, [str(i) for i in range(12)], labels, "twelve documents")
-    make_report(classifier, documents, tmp_path, faithfulness_documents=6, counterfactuals=False)
+    make_report(classifier, documents, tmp_path, faithfulness_documents=6)
     records = read_jsonl(tmp_path / "explanations.jsonl")
     measured = [r for r in records if r.get("faithfulness")]
     assert len(records) == 12 and len(measured) == 6
+    # Counterfactuals are searched on the same documents.
+    assert [bool(r.get("counterfactual")) for r in records] == [
+        bool(r.get("faithfulness")) for r in records
+    ]
     # Two of each class, whatever the model predicted: the table describes documents as they come.
     assert sorted(r["label"] for r in measured) == sorted(LABELS * 2)
     index = (tmp_path / "index.html").read_text(encoding="utf-8")
@@ -419,3 +423,5 @@ def test_faithfulness_on_a_class_stratified_sample_says_so(tmp_path):
     left_out = records.index(next(r for r in records if not r.get("faithfulness")))
     page = (tmp_path / "docs" / document_filename(left_out)).read_text(encoding="utf-8")
     assert "this document is not among them" in page and "id=\"faithfulness-badge\"" not in page
+    assert "Counterfactuals are searched on the documents whose faithfulness was measured" in page
+    assert "searched on the faithfulness sample" in index
