@@ -415,9 +415,16 @@ def streaming_speed(
 
 
 def time_report(
-    ckpt: str, data: str, split: str = "test", repeats: int = 3, device: str = "cpu"
+    ckpt: str,
+    data: str,
+    split: str = "test",
+    repeats: int = 3,
+    device: str = "cpu",
+    faithfulness_documents: int | None = None,
 ) -> dict[str, Any]:
-    """Median seconds to explain ``data`` and write its report, over ``repeats`` runs.
+    """Median seconds to explain ``data`` and write its report, over ``repeats`` runs
+    (faithfulness and counterfactuals on a class-stratified sample of
+    ``faithfulness_documents`` when given, as the after-fit report of such a config does).
 
     Loading the checkpoint and the documents is timed once, apart: it is the same for any
     report and does not grow with the number of methods.
@@ -435,16 +442,25 @@ def time_report(
     runs = []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as out:
-            runs.append(make_report(classifier, documents, out, device=device))
+            runs.append(
+                make_report(
+                    classifier,
+                    documents,
+                    out,
+                    device=device,
+                    faithfulness_documents=faithfulness_documents,
+                )
+            )
     words = sum(len(text.split()) for text in documents.texts)
     return {
         "checkpoint": str(ckpt),
         "data": documents.description,
         "documents": len(documents.texts),
         "whitespace_words": words,
-        "methods": "attention (mean + every head), contribution, rollout, gradient x input; "
-        "ERASER comprehensiveness and sufficiency of each, masked removal; counterfactuals by "
-        "the default method and agreement between methods",
+        "methods": "attention (mean + every head), contribution, rollout, gradient x input, "
+        "relevance propagation; ERASER comprehensiveness and sufficiency of each, masked "
+        "removal; counterfactuals by the default method and agreement between methods",
+        "faithfulness_documents": faithfulness_documents or len(documents.texts),
         "repeats": repeats,
         "load_s": round(load_s, 2),
         **{

@@ -79,8 +79,10 @@ DOCUMENTS = [
 
 
 def tiny_classifier(
-    n_layers: int = 2, max_tokens: int | None = None, attention_window: int = 0
+    n_layers: int = 2, max_tokens: int | None = None, attention_window: int = 0, **settings
 ) -> TrainedClassifier:
+    """A small untrained classifier on a real tokenizer; ``settings`` are more ModelConfig
+    fields (encoder windows, say)."""
     tokenizer = train_tokenizer(CORPUS, TokenizerSpec(vocab_size=90, min_frequency=1))
     config = ModelConfig(
         vocab_size=tokenizer.get_vocab_size(),
@@ -91,6 +93,7 @@ def tiny_classifier(
         pool_heads=2,
         ffn_mult=2,
         attention_window=attention_window,
+        **settings,
     )
     torch.manual_seed(0)
     model = DocumentClassifier(config).eval()

@@ -115,9 +115,20 @@ def keep_distributions(
     definition: the text without those words); ``"unk"`` replaces them with the unknown token
     ``unk_id`` (the tokenizer's: a pre-trained encoder's vocabulary puts it elsewhere). The
     three can differ: the model has seen neither empty positions nor many [UNK]s in training.
+
+    A copy asked for twice (two methods agreeing on a document's top word, say) runs once.
     """
     if removal not in REMOVALS:
         raise ValueError(f"removal must be one of {REMOVALS}, got {removal!r}")
+    unique: dict[bytes, int] = {}
+    which = [unique.setdefault(np.asarray(m, dtype=bool).tobytes(), len(unique)) for m in masks]
+    if len(unique) < len(masks):
+        firsts = {index: position for position, index in reversed(list(enumerate(which)))}
+        distinct = [masks[firsts[index]] for index in range(len(unique))]
+        computed = keep_distributions(
+            model, ids, token_words, distinct, removal, batch_size, device, unk_id
+        )
+        return computed[which]
     model = float32_model(model.to(device).eval())
     keeps = [mask[token_words] for mask in masks]
     with torch.inference_mode():

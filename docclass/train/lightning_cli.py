@@ -234,6 +234,23 @@ def training_cli(args: Sequence[str] | None = None, run: bool = True, cli_class=
         )
 
 
+def report_settings(config: str | Path) -> dict[str, int | None]:
+    """The after-fit report's settings a training config gives (``report_max_documents``,
+    ``report_faithfulness_documents``), read by LightningCLI's own parser (which builds the
+    config's data and model to resolve it; nothing runs)."""
+    path = Path(config)
+    if not path.is_file():
+        raise ConfigError(f"{config}: config not found; pass a file from configs/")
+    try:
+        cli = training_cli(["--config", str(path), "--trainer.logger", "false"], run=False)
+    except ArgumentError as error:
+        raise ConfigError(f"{config}: {' '.join(str(error).split())}") from error
+    return {
+        name: cli.config.get(name)
+        for name in ("report_max_documents", "report_faithfulness_documents")
+    }
+
+
 def datamodule_from_config(config: str | Path, overrides: Sequence[str] = ()) -> DocDataModule:
     """The DataModule a training config describes, built by LightningCLI's own parser.
 

@@ -70,17 +70,26 @@ def test_word_scores_find_the_planted_keyword(planted):
 
 @pytest.mark.parametrize(
     ("window", "removal"),
-    [(0, "mask"), (3, "mask"), (0, "unk"), (0, "delete"), (3, "delete")],
-    ids=["cut-out copies", "windowed, masked whole", "unk", "deleted", "windowed, deleted"],
-)
+    [(0, "mask"), (3, "mask"), (0, "unk"), (0, "delete"), (3, "delete"), (-4, "mask"),
+     (-4, "delete")],
+    ids=["cut-out copies", "windowed, masked whole", "unk", "deleted", "windowed, deleted",
+         "encoder windows, cut-out copies", "encoder windows, deleted"],
+)  # fmt: skip
 def test_batched_curves_equal_one_forward_per_perturbed_copy(window, removal):
+    """Every perturbed copy of one document, batched (and a copy asked for twice run once),
+    gives what one forward pass per copy gives. A negative window is an encoder window: the
+    document is read in windows of that many tokens, and a cut-out copy keeps each token in
+    its own window."""
     from helpers import tiny_classifier
 
     from docclass.data.tokenizer import UNK_ID, align_words, encode_batch
     from docclass.evaluate.erasure import document_curves
     from docclass.interpret.explain import explain_documents
 
-    classifier = tiny_classifier(n_layers=1, attention_window=window)
+    if window < 0:
+        classifier = tiny_classifier(n_layers=1, window_tokens=-window, window_overlap=1)
+    else:
+        classifier = tiny_classifier(n_layers=1, attention_window=window)
     text = "Markets rallied as the central bank held interest rates, and shares rose."
     (record,) = explain_documents(classifier, [text])
     n_words = record["words_read"]
