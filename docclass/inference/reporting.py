@@ -271,15 +271,9 @@ def make_report(
     started = time.perf_counter()
     population, subtitle = None, documents.description
     if max_documents is not None and len(texts) > max_documents:
-        results = classify_texts(classifier, texts, device=device)
-        predicted = [result["label"] for result in results]
-        population = population_figures(labels, predicted, classifier.label_names)
-        chosen = select_for_report(labels, predicted, max_documents)
-        population["selection"] = (
-            f"{len(chosen)} of {len(texts)} documents shown: every misclassified one first, "
-            "then a sample stratified by class"
+        population, (texts, ids, labels) = _capped(
+            classifier, texts, ids, labels, max_documents, device
         )
-        texts, ids, labels = ([values[i] for i in chosen] for values in (texts, ids, labels))
         subtitle = f"{subtitle} · {population['selection']}"
     records = explain_documents(
         classifier, texts, ids, labels, batch_size, all_classes, device=device
@@ -324,6 +318,27 @@ def make_report(
     }
     log.info("report: %d documents, %s → %s", len(records), stages, index)
     return {"index": str(index), "documents": len(records), **stages}
+
+
+def _capped(
+    classifier: TrainedClassifier,
+    texts: list[str],
+    ids: list[str],
+    labels: list[str | None],
+    max_documents: int,
+    device: str,
+) -> tuple[dict[str, Any], tuple[list, list, list]]:
+    """Every document classified for the headline figures, and :func:`select_for_report`'s
+    sample of them to explain: ``(population figures, (texts, ids, labels) shown)``."""
+    predicted = [result["label"] for result in classify_texts(classifier, texts, device=device)]
+    population = population_figures(labels, predicted, classifier.label_names)
+    chosen = select_for_report(labels, predicted, max_documents)
+    population["selection"] = (
+        f"{len(chosen)} of {len(texts)} documents shown: every misclassified one first, "
+        "then a sample stratified by class"
+    )
+    shown = tuple([values[i] for i in chosen] for values in (texts, ids, labels))
+    return population, shown
 
 
 def _record_checks(
