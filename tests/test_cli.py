@@ -270,7 +270,7 @@ def test_cpu_configs_instantiate(name, tmp_path):
     assert cli.model.hparams.num_classes == 5
     assert cli.model.hparams.vocab_size == cli.datamodule.tokenizer.get_vocab_size()
     if name == "minilm":  # whole documents in the encoder's windows, the report uncapped
-        assert cli.model.config.d_model == 384 and cli.model.config.window_tokens == 128
+        assert cli.model.config.d_model == 384 and cli.model.config.window_tokens == 512
         assert cli.datamodule.max_tokens == 2048 and cli.config["report_max_documents"] == 1000
         assert cli.config["report_faithfulness_documents"]  # measured on a sample, said so
     if name == "minilm-128":  # the first window only
@@ -305,7 +305,7 @@ def test_hub_configs_instantiate_on_hub_shaped_local_data(name, tmp_path):
     assert cli.model.hparams.num_classes == 4 and cli.model.config.n_layers >= 2
     if name.endswith("-minilm"):  # the encoder's own tokenizer, not one trained on the data
         assert cli.datamodule.tokenizer.get_vocab_size() == cli.model.config.vocab_size == 30522
-        assert cli.model.config.norm == "post" and cli.model.config.window_tokens == 128
+        assert cli.model.config.norm == "post" and cli.model.config.window_tokens == 512
 
 
 def test_console_script_help():

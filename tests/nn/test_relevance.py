@@ -202,7 +202,7 @@ def test_relevance_through_minilm_equals_lxts_on_transformers_bert(
     relevance = (vectors.grad * vectors).sum(-1)[0]
 
     assert_close(ours[0], states[0].detach(), atol=1e-4, rtol=1e-4)  # the same network
-    assert_close(relevance, expected.detach(), atol=2e-4 * float(expected.abs().max()), rtol=1e-3)
+    assert_close(relevance, expected.detach(), atol=2e-4 * expected.abs().max().item(), rtol=1e-3)
     # The rules matter: plain gradient × input on the same network is something else.
     vectors.grad = None
     plain = model(ids, mask, token_vectors=vectors).token_states
