@@ -49,7 +49,8 @@ def planted_keyword_hits(
     return {"held_out_documents": len(held_out), "epochs": epochs, "seed": seed, "runs": results}
 
 
-# Long enough to span two or three of MiniLM's 128-token windows (the keyword lands in any).
+# 150 to 250 MiniLM tokens: the keyword has six blocks' worth of filler context to be mixed
+# with (the tiny model's documents are 20 to 40 words).
 ENCODER_DOCUMENT_WORDS = (60, 110)
 
 
@@ -62,8 +63,8 @@ def encoder_keyword_hits(
     seed: int = 0,
 ) -> dict:
     """Fine-tune a pre-trained encoder's config (MiniLM, all six blocks) on a planted-keyword
-    corpus of documents that span several windows, and count how often each method ranks the
-    keyword first on held-out documents."""
+    corpus of longer documents, and count how often each method ranks the keyword first on
+    held-out documents."""
     root = Path(workdir)
     rows = planted_keyword_corpus(n_per_class, words_per_document=ENCODER_DOCUMENT_WORDS)
     corpus = _write_corpus(root / "planted-long.jsonl", rows)

@@ -2,7 +2,7 @@
 
 Each document is random filler plus one keyword that alone decides its label; a faithful
 ranking puts that keyword first. The tiny config with 0 and 1 blocks, then MiniLM (six
-pre-trained blocks) fine-tuned on documents long enough to span several windows.
+pre-trained blocks) fine-tuned on longer documents.
 """
 
 import argparse
@@ -22,8 +22,8 @@ def main() -> None:
     parser.add_argument(
         "--encoder_config",
         default="configs/minilm.yaml",
-        help="also fine-tune this pre-trained encoder's config on long planted documents "
-        "(several windows); 'none' skips it",
+        help="also fine-tune this pre-trained encoder's config on longer planted documents; "
+        "'none' skips it",
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
