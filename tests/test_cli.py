@@ -6,6 +6,7 @@ import sys
 
 import pytest
 import torch
+import yaml
 from helpers import CONFIGS, write_ag_news_like, write_jsonl
 
 from docclass.cli import DocClassCLI, main
@@ -365,3 +366,15 @@ def test_bf16_mixed_precision_trains(tmp_path):
     pairs = zip(metrics["test"]["confusion_matrix"], exact["test"]["confusion_matrix"], strict=True)
     differences = sum(abs(a - b) for x, y in pairs for a, b in zip(x, y, strict=True))
     assert differences <= 2  # one document moved counts twice
+
+
+def test_report_settings_are_the_configs_own():
+    from docclass.train.lightning_cli import report_settings
+
+    assert report_settings(CONFIGS / "minilm.yaml") == {
+        "report_max_documents": 1000,
+        "report_faithfulness_documents": yaml.safe_load(
+            (CONFIGS / "minilm.yaml").read_text()
+        )["report_faithfulness_documents"],
+    }
+    assert report_settings(CONFIGS / "bbc.yaml")["report_faithfulness_documents"] is None
