@@ -373,8 +373,8 @@ def test_report_settings_are_the_configs_own():
 
     assert report_settings(CONFIGS / "minilm.yaml") == {
         "report_max_documents": 1000,
-        "report_faithfulness_documents": yaml.safe_load(
-            (CONFIGS / "minilm.yaml").read_text()
-        )["report_faithfulness_documents"],
+        "report_faithfulness_documents": yaml.safe_load((CONFIGS / "minilm.yaml").read_text())[
+            "report_faithfulness_documents"
+        ],
     }
     assert report_settings(CONFIGS / "bbc.yaml")["report_faithfulness_documents"] is None

@@ -186,19 +186,25 @@ def measure_faithfulness(
     records: list[dict[str, Any]],
     device: str = "cpu",
     documents: int | None = None,
+    error_share: float | None = None,
 ) -> dict[str, Any] | None:
     """Per document and method, ERASER comprehensiveness and sufficiency under masked removal
     (stored in each measured record's ``faithfulness``); returns their summary over documents.
 
-    With ``documents``, only a sample of that many is measured, stratified by true class
-    (predicted where unknown) and never chosen by whether the model erred, so the table that
-    picks the default method describes the documents as they come; the summary says so.
+    With ``documents``, only a sample of that many is measured (:func:`faithfulness_sample`):
+    misclassified documents in the share ``error_share`` of the population they come from (by
+    default their share of ``records``; a capped report puts every error first, so it passes
+    the population's), each part stratified by class. The table that picks the default method
+    then describes the documents as they come; the summary says so.
 
     Single pool heads are left to ``docclass faithfulness``: they are views of pool attention,
     never a default, and their rankings were a third of the report's perturbed copies."""
     classifier = float32_classifier(classifier)
-    keys = [record.get("label") or record.get("predicted") for record in records]
-    chosen = stratified_sample(keys, documents) if documents is not None else range(len(records))
+    chosen = (
+        faithfulness_sample(records, documents, error_share)
+        if documents is not None
+        else range(len(records))
+    )
     for i in chosen:
         record = records[i]
         scores = record.get("scores", {})
@@ -217,11 +223,38 @@ def measure_faithfulness(
         "methods": aggregate_faithfulness(per_document),
     }
     if len(chosen) < len(records):
+        errors = sum(_misclassified(records[i]) for i in chosen)
         summary["sample"] = (
-            f"a sample of {len(per_document)} of the {len(records)} documents, drawn in "
-            "proportion to the classes (seed 0), whatever the model predicted"
+            f"a sample of {len(per_document)} of the {len(records)} documents ({errors} "
+            "misclassified, in the share of the whole split), drawn in proportion to the "
+            "classes (seed 0)"
         )
     return summary
+
+
+def _misclassified(record: dict[str, Any]) -> bool:
+    return record.get("label") is not None and record["label"] != record.get("predicted")
+
+
+def faithfulness_sample(
+    records: Sequence[dict[str, Any]], size: int, error_share: float | None = None, seed: int = 0
+) -> list[int]:
+    """``size`` positions of ``records``: ``round(size × error_share)`` misclassified ones (at
+    most as many as there are) and correct ones for the rest, each part stratified by true class
+    (predicted where unknown). ``error_share`` defaults to the records' own; sorted."""
+    if size >= len(records):
+        return list(range(len(records)))
+    errors = [i for i, record in enumerate(records) if _misclassified(record)]
+    rest = [i for i, record in enumerate(records) if not _misclassified(record)]
+    share = len(errors) / len(records) if error_share is None else error_share
+    wanted = min(len(errors), round(size * share))
+    wanted = max(wanted, size - len(rest))
+
+    def part(positions: list[int], count: int) -> list[int]:
+        keys = [records[i].get("label") or records[i].get("predicted") for i in positions]
+        return [positions[j] for j in stratified_sample(keys, count, seed)]
+
+    return sorted(part(errors, wanted) + part(rest, size - wanted))
 
 
 def make_report(
@@ -280,7 +313,9 @@ def make_report(
     )
     explained = time.perf_counter()
     summary = (
-        measure_faithfulness(classifier, texts, records, device, faithfulness_documents)
+        measure_faithfulness(
+            classifier, texts, records, device, faithfulness_documents, _error_share(population)
+        )
         if faithfulness
         else None
     )
@@ -318,6 +353,14 @@ def make_report(
     }
     log.info("report: %d documents, %s → %s", len(records), stages, index)
     return {"index": str(index), "documents": len(records), **stages}
+
+
+def _error_share(population: dict[str, Any] | None) -> float | None:
+    """The share of misclassified documents in a capped report's whole split (None uncapped:
+    the records are the split)."""
+    if population is None or population["accuracy"] is None:
+        return None
+    return 1.0 - population["accuracy"]
 
 
 def _capped(

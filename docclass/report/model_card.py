@@ -116,8 +116,9 @@ def _faithfulness_section(facts: dict[str, Any]) -> list[str]:
         methods = table.get("methods", {})
         floor = max(methods.get("random", {}).get("comprehensiveness", 0.0), 1e-9)
         lines += [
-            f"Removal by {REMOVAL_LABELS.get(removal, removal)} ({table.get('documents', '?')} "
-            "documents):",
+            f"Removal by {REMOVAL_LABELS.get(removal, removal)} ("
+            + (table.get("sample") or f"{table.get('documents', '?')} documents")
+            + "):",
             "",
             "| method | comprehensiveness | × random | sufficiency |",
             "|---|---|---|---|",

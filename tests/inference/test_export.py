@@ -19,6 +19,7 @@ from docclass import DocClassifier
 from docclass.cli import main
 from docclass.data.artifact import MODEL_FOLDER_FILES
 from docclass.inference.export import export_model
+from docclass.report.model_card import _faithfulness_section
 from docclass.train.checkpoint import load_classifier
 
 TEXTS = [
@@ -92,6 +93,19 @@ def test_model_card_states_what_the_run_measured(exported, fitted):
     assert "first **64 tokens**" in card
     for heading in ("## Intended use", "## Training data", "## Scores", "## Limitations"):
         assert heading in card
+
+
+def test_card_says_when_its_faithfulness_table_is_a_sample():
+    table = {"contribution": {"comprehensiveness": 0.5, "sufficiency": 0.1}}
+    sample = "a sample of 40 of the 213 documents (2 misclassified)"
+    card = "\n".join(
+        _faithfulness_section(
+            {"faithfulness": {"mask": {"documents": 40, "sample": sample, "methods": table}}}
+        )
+    )
+    assert f"Removal by masking ({sample}):" in card
+    whole = _faithfulness_section({"faithfulness": {"mask": {"documents": 213, "methods": table}}})
+    assert "Removal by masking (213 documents):" in whole
 
 
 def test_card_escapes_label_names(ckpt, tmp_path):

@@ -15,6 +15,7 @@ from docclass.evaluate.erasure import aggregate_faithfulness, beats_random
 from docclass.inference.classifier import DocClassifier
 from docclass.inference.reporting import (
     Documents,
+    faithfulness_sample,
     make_report,
     measure_faithfulness,
     select_for_report,
@@ -403,6 +404,24 @@ def test_capped_report_keeps_the_headline_of_every_document(tmp_path):
     assert "8 of 30 documents shown" in html and "over all 30 documents" in html
 
 
+def test_the_faithfulness_sample_keeps_the_splits_share_of_errors_and_its_classes():
+    # A capped report: 40 errors listed first, then 60 correct documents (of a split of 1,000
+    # with 5 % errors). The sample must not inherit the report's 40 % of errors.
+    records = [{"label": "a", "predicted": "b"}] * 40 + [
+        {"label": "abc"[i % 3], "predicted": "abc"[i % 3]} for i in range(60)
+    ]
+    chosen = faithfulness_sample(records, 20, error_share=0.05)
+    assert len(chosen) == 20 and chosen == sorted(set(chosen))
+    assert sum(i < 40 for i in chosen) == 1
+    assert [sum(records[i]["label"] == c for i in chosen if i >= 40) for c in "abc"] == [7, 6, 6]
+    assert faithfulness_sample(records, 20, error_share=0.05) == chosen  # reproducible
+    # Uncapped, the records are the split: their own share (40 % → 8 of 20).
+    assert sum(i < 40 for i in faithfulness_sample(records, 20)) == 8
+    # More errors wanted than correct documents can fill: the rest are errors.
+    assert sum(i < 40 for i in faithfulness_sample(records[:45], 20, error_share=0.0)) == 15
+    assert faithfulness_sample(records, 100) == list(range(100))
+
+
 def test_faithfulness_on_a_class_stratified_sample_says_so(tmp_path):
     classifier = tiny_classifier(n_layers=1)
     # Grouped by class, as splits often are: the first six would be two classes only.
@@ -417,14 +436,17 @@ def test_faithfulness_on_a_class_stratified_sample_says_so(tmp_path):
     assert [bool(r.get("counterfactual")) for r in records] == [
         bool(r.get("faithfulness")) for r in records
     ]
-    # Two of each class, whatever the model predicted: the table describes documents as they come.
-    assert sorted(r["label"] for r in measured) == sorted(LABELS * 2)
+    # Misclassified documents in their share of the split: the table describes documents as
+    # they come, not the errors a report lists first.
+    errors = sum(r["label"] != r["predicted"] for r in records)
+    assert sum(r["label"] != r["predicted"] for r in measured) == round(6 * errors / 12)
     index = (tmp_path / "index.html").read_text(encoding="utf-8")
-    assert "a sample of 6 of the 12 documents, drawn in proportion to the classes" in index
+    assert "a sample of 6 of the 12 documents (" in index
+    assert "in the share of the whole split), drawn in proportion to the classes" in index
     meta = json.loads((tmp_path / REPORT_META).read_text())
     assert meta["faithfulness"]["documents"] == 6
     left_out = records.index(next(r for r in records if not r.get("faithfulness")))
     page = (tmp_path / "docs" / document_filename(left_out)).read_text(encoding="utf-8")
-    assert "this document is not among them" in page and "id=\"faithfulness-badge\"" not in page
+    assert "this document is not among them" in page and 'id="faithfulness-badge"' not in page
     assert "Counterfactuals are searched on the documents whose faithfulness was measured" in page
     assert "searched on the faithfulness sample" in index

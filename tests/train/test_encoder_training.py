@@ -74,8 +74,9 @@ def test_minilm_run_end_to_end_on_a_tiny_slice(tmp_path):
         assert any(record["scores"]["attention"][w] > 0 for w in last_words)
         assert any(record["scores"]["conservative"][w] != 0 for w in last_words)
     faithfulness = json.loads((tmp_path / "report" / "report.json").read_text())["faithfulness"]
-    assert faithfulness["documents"] == 3 and "a sample of 3 of the 6 documents" in (
-        faithfulness["sample"]
+    assert (
+        faithfulness["documents"] == 3
+        and "a sample of 3 of the 6 documents" in (faithfulness["sample"])
     )
     assert {"attention", "contribution", "rollout", "grad_input"} <= set(faithfulness["methods"])
     # Every page offers the rollout through the top 1…6 of MiniLM's blocks.
