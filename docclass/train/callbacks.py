@@ -185,6 +185,11 @@ class TrainingTokenBudget(pl.Callback):
             return
         cap = trainer.max_epochs if trainer.max_epochs not in (None, -1) else math.inf
         floor = trainer.min_epochs or 1
+        if floor > cap:
+            raise ConfigError(
+                f"trainer.min_epochs ({floor}) is above trainer.max_epochs ({cap}); lower "
+                "min_epochs or raise max_epochs"
+            )
         epochs = int(max(floor, min(cap, math.ceil(self.tokens / per_epoch))))
         trainer.fit_loop.max_epochs = epochs
         self.plan = {"train_tokens": self.tokens, "tokens_per_epoch": per_epoch, "epochs": epochs}

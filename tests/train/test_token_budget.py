@@ -49,3 +49,14 @@ def test_token_budget_and_max_steps_together_are_one_line(tmp_path, capsys):
     assert exit_info.value.code == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert "train_tokens and trainer.max_steps (5) both set the length of training" in line
+
+
+def test_a_floor_above_the_cap_is_one_line_not_a_silent_override(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([
+            "fit", "--config", TINY, "--train_tokens", "1000", "--trainer.min_epochs", "4",
+            "--trainer.max_epochs", "1", "--trainer.default_root_dir", str(tmp_path), *QUICK,
+        ])  # fmt: skip
+    assert exit_info.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "trainer.min_epochs (4) is above trainer.max_epochs (1)" in line
