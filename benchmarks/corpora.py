@@ -66,12 +66,20 @@ def compare_on_corpus(
     return result
 
 
-def carry_over(result: dict[str, Any], earlier: dict[str, Any] | None) -> dict[str, Any]:
+def carry_over(
+    result: dict[str, Any],
+    earlier: dict[str, Any] | None,
+    candidates: dict[str, tuple[str, list[str]]] = CANDIDATES,
+) -> dict[str, Any]:
     """``result`` with the sweeps of candidates not run now taken from an earlier
     ``corpora.json``'s entry for the same corpus, marked ``carried_over``: a sweep of hours is
-    not repeated for a candidate whose config did not change."""
+    not repeated for a candidate whose config did not change. A sweep is carried only under
+    its own candidate's current config: figures of a candidate since renamed,
+    removed or pointed at another config are dropped, never shown under its name."""
     for label, sweep in ((earlier or {}).get("candidates") or {}).items():
-        if label not in result["candidates"]:
+        if label in result["candidates"] or label not in candidates:
+            continue
+        if sweep.get("config") == candidates[label][0]:
             result["candidates"][label] = {**sweep, "carried_over": True}
     return result
 

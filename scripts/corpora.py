@@ -53,8 +53,11 @@ def main() -> None:
         else {}
     )
     figures = {"seeds": args.seeds, "machine": machine_summary(), "corpora": {}}
-    # Corpora measured earlier and not run now stay in the table.
-    figures["corpora"].update({n: r for n, r in earlier.items() if n not in corpora})
+    # Corpora measured earlier and not run now stay in the table, every sweep marked as earlier
+    # (and dropped where its candidate now means another config).
+    figures["corpora"].update(
+        {n: carry_over({**r, "candidates": {}}, r) for n, r in earlier.items() if n not in corpora}
+    )
     for name, source in corpora.items():
         result = compare_on_corpus(name, source, args.seeds, Path(args.runs), candidates)
         figures["corpora"][name] = carry_over(result, earlier.get(name))

@@ -36,9 +36,23 @@ def test_only_folders_with_all_three_splits_are_corpora(tmp_path):
 def test_candidates_not_run_now_are_carried_over_and_marked():
     from benchmarks.corpora import carry_over
 
-    earlier = {"candidates": {"a": sweep(0.9, 0.9, 0.9), "b": sweep(0.8, 0.8, 0.8)}}
+    candidates = {
+        "a": ("a.yaml", []),
+        "b": ("b.yaml", []),
+        "c": ("c.yaml", []),
+        "d": ("d2.yaml", []),
+    }
+    earlier = {
+        "candidates": {
+            "a": {**sweep(0.9, 0.9, 0.9), "config": "a.yaml"},
+            "b": {**sweep(0.8, 0.8, 0.8), "config": "b.yaml"},
+            "d": {**sweep(0.6, 0.6, 0.6), "config": "d.yaml"},  # d now means another config
+            "gone": {**sweep(0.5, 0.5, 0.5), "config": "gone.yaml"},  # no longer a candidate
+        }
+    }
     now = {"candidates": {"b": sweep(0.85, 0.85, 0.85), "c": sweep(0.7, 0.7, 0.7)}}
-    result = carry_over(now, earlier)
+    result = carry_over(now, earlier, candidates)
+    assert sorted(result["candidates"]) == ["a", "b", "c"]
     assert result["candidates"]["a"]["carried_over"] is True
     assert result["candidates"]["b"]["val_acc"]["mean"] == 0.85  # run now: not replaced
     assert "carried_over" not in result["candidates"]["c"]
