@@ -56,8 +56,9 @@ METHODS: dict[str, MethodInfo] = {
     "grad_input": MethodInfo(
         "gradient × input",
         True,
-        "gradient × input: how much the class logit would change, to first order, with each "
-        "word's embedding; signed.",
+        "gradient × input: the class logit's gradient where each word's vector enters the "
+        "first block, times that vector (an embedding normalisation's scale held fixed); "
+        "signed.",
     ),
     "conservative": MethodInfo(
         "conservative propagation",

@@ -208,3 +208,56 @@ def test_relevance_through_minilm_equals_lxts_on_transformers_bert(
     plain = model(ids, mask, token_vectors=vectors).token_states
     (plain[0] * readout).sum().backward()
     assert not torch.allclose((vectors.grad * vectors).sum(-1)[0], expected, atol=1e-2)
+
+
+@pytest.mark.parametrize("propagation", ["cp", "attnlrp"])
+def test_the_pools_rule_equals_its_closed_form(propagation):
+    """The pool under each rule, against the rule written out by hand (no autograd): the
+    values take relevance through the fixed probabilities (all of it under ``cp``; half under
+    ``attnlrp``'s uniform rule for probabilities · values), and under ``attnlrp`` the other half
+    reaches the scores, passes the softmax by its gradient × input rule (in the gradient form
+    the rules take, the softmax's own Jacobian) and the keys whole (the query is a weight: the
+    score is linear in the keys)."""
+    from docclass.nn.attention import AttentionPool
+
+    torch.manual_seed(0)
+    heads, width, tokens = 2, 8, 5
+    pool = AttentionPool(width, heads)
+    with torch.no_grad():
+        for parameter in pool.parameters():
+            parameter.normal_(0, 0.5)
+    x = torch.randn(1, tokens + 2, width, requires_grad=True)
+    mask = torch.tensor([[True] * tokens + [False, False]])
+    readout = torch.randn(width)
+    pooled, _ = pool(x, mask, propagation=propagation)
+    (pooled[0] @ readout).backward()
+    ours = (x.grad * x).sum(-1)[0]
+
+    head_dim = width // heads
+    with torch.no_grad():
+        states = x[0, :tokens]
+        keys = pool.key_proj(states).view(tokens, heads, head_dim)
+        values = pool.value_proj(states).view(tokens, heads, head_dim)
+        queries = pool.queries.view(heads, head_dim)
+        scores = torch.einsum("thd,hd->ht", keys, queries) / head_dim**0.5
+        weights = scores.softmax(-1)  # (H, T)
+        # The gradient of the logit at each head's output.
+        at_output = (pool.out_proj.weight.T @ readout).view(heads, head_dim)
+        value_share = 1.0 if propagation == "cp" else 0.5
+        at_values = value_share * weights[..., None] * at_output[:, None, :]  # (H, T, Dh)
+        gradient = torch.einsum(
+            "hte,hed->td", at_values, pool.value_proj.weight.view(heads, head_dim, width)
+        )
+        if propagation == "attnlrp":
+            at_weights = 0.5 * torch.einsum("hd,thd->ht", at_output, values)
+            at_scores = weights * (at_weights - (weights * at_weights).sum(-1, keepdim=True))
+            key_direction = (
+                torch.einsum(
+                    "hd,hde->he", queries, pool.key_proj.weight.view(heads, head_dim, width)
+                )
+                / head_dim**0.5
+            )
+            gradient = gradient + torch.einsum("ht,he->te", at_scores, key_direction)
+        expected = (gradient * states).sum(-1)
+    assert_close(ours[:tokens], expected, atol=1e-5, rtol=1e-4)
+    assert torch.all(ours[tokens:] == 0)
