@@ -49,9 +49,7 @@ def resolve_device(device: str) -> torch.device:
 # The methods an API call may ask for: the report's batch methods (integrated gradients needs
 # dozens of passes per document and stays in the report and ``docclass faithfulness``). The
 # Literal types the command-line flag and the server's request body.
-WordScoreMethod = Literal[
-    "attention", "contribution", "rollout", "grad_input", "conservative", "attnlrp"
-]
+WordScoreMethod = Literal["attention", "contribution", "rollout", "grad_input", "conservative"]
 API_METHODS = get_args(WordScoreMethod)
 # Read off the forward pass itself; the others need every block's attention or a backward pass.
 FORWARD_METHODS = ("attention", "contribution")
@@ -250,7 +248,7 @@ class DocClassifier:
         One result per text, in order; a single string is treated as one document (a
         one-element list comes back). ``word_scores`` adds every word read with its score;
         ``top_words`` the K highest. Scores come from ``method`` (attention, contribution,
-        rollout, grad_input, conservative, attnlrp), by default :attr:`default_method`; each
+        rollout, grad_input, conservative), by default :attr:`default_method`; each
         result names it.
         A forward pass holds at most ``batch_size`` documents and ``batch_tokens`` padded
         tokens (default: 2,048 on the CPU, no limit on a GPU; 0: no limit).

@@ -24,7 +24,6 @@ COST_ORDER = (
     "rollout",
     "grad_input",
     "conservative",
-    "attnlrp",
     "integrated_gradients",
 )
 # Comprehensiveness values closer than this are the same figure for choosing: AOPC means over a

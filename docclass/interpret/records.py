@@ -67,13 +67,6 @@ METHODS: dict[str, MethodInfo] = {
         "the words, attention weights and normalisation held fixed, so the words' shares and "
         "what no word causes add up to the logit. Red pushes towards the class, blue away.",
     ),
-    "attnlrp": MethodInfo(
-        "AttnLRP",
-        True,
-        "AttnLRP: the class logit carried back through every block to the words, with "
-        "relevance also flowing through where each word made the others look. Red pushes "
-        "towards the class, blue away.",
-    ),
     "integrated_gradients": MethodInfo(
         "integrated gradients",
         True,
@@ -83,7 +76,7 @@ METHODS: dict[str, MethodInfo] = {
 }
 # Methods every record carries, in the order the pages offer them (integrated gradients is
 # measured on samples only: it costs dozens of forward passes per document).
-RECORD_METHODS = ("attention", "contribution", "rollout", "grad_input", "conservative", "attnlrp")
+RECORD_METHODS = ("attention", "contribution", "rollout", "grad_input", "conservative")
 SIGNED_METHODS = tuple(key for key, info in METHODS.items() if info.signed)
 HEAD_PREFIX = "attention_head"
 
