@@ -449,7 +449,8 @@ def report_command(
         faithfulness: measure each method's ERASER comprehensiveness per document (the pages'
             badges and the index's table); several times the cost of explaining.
         faithfulness_documents: measure faithfulness on a sample of this many documents,
-            drawn in proportion to the classes (the index says so); null measures every one.
+            misclassified ones in the split's share, each part in proportion to the classes
+            (the index says so); null measures every one.
         max_documents: explain at most this many: every misclassified document first, then a
             sample stratified by class (all are classified for the headline figures); null
             explains every document.

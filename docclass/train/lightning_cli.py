@@ -77,8 +77,8 @@ class TrainingCLI(LightningCLI):
             type=int | None,
             default=None,
             help="the after-fit report measures each method's faithfulness on a sample of this "
-            "many of its documents, drawn in proportion to the classes (the report says so); "
-            "null measures every one",
+            "many of its documents, misclassified ones in the split's share, each part in "
+            "proportion to the classes (the report says so); null measures every one",
         )
         parser.add_argument(
             "--train_tokens",
