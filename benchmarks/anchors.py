@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from docclass.data.datamodule import DocDataModule
+from docclass.train.datamodule import DocDataModule
 
 
 def tfidf_svm_anchor(datamodule: DocDataModule) -> dict[str, float]:

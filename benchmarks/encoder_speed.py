@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.throughput import _train_steps, load_config_datamodule
-from docclass.data.pretrained import locate_encoder
+from docclass.artifacts.encoders import locate_encoder
 from docclass.train.lit_module import DocClassifierModule
 
 

@@ -183,9 +183,9 @@ def batching_speed(ckpt: str, texts: list[str], group: int = 8, repeats: int = 3
     """
     import torch
 
+    from docclass.artifacts.load import load_classifier
     from docclass.data.batching import length_batches, pad_token_ids
     from docclass.interpret.inputs import SIMILAR_LENGTH, encode_documents
-    from docclass.train.checkpoint import load_classifier
 
     classifier = load_classifier(ckpt)
     model = classifier.model.eval()
@@ -431,9 +431,9 @@ def time_report(
     """
     import torch
 
+    from docclass.artifacts.load import load_classifier
     from docclass.inference.reporting import load_documents, make_report
     from docclass.train.callbacks import machine_summary
-    from docclass.train.checkpoint import load_classifier
 
     started = time.perf_counter()
     classifier = load_classifier(ckpt)
@@ -491,9 +491,9 @@ def report_cap(
     """
     import torch
 
+    from docclass.artifacts.load import load_classifier
     from docclass.inference.reporting import Documents, make_report
     from docclass.train.callbacks import machine_summary
-    from docclass.train.checkpoint import load_classifier
 
     loaded = load_source(SourceSpec("bbc"))
     bbc = loaded.splits["train"]

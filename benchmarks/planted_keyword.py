@@ -10,13 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
+from docclass.artifacts.load import load_classifier
 from docclass.cli import main
 from docclass.data.synthetic import planted_keyword_corpus
 from docclass.evaluate.erasure import faithfulness_table
 from docclass.evaluate.sanity import permuted_pool
 from docclass.interpret.default_method import default_method
 from docclass.interpret.explain import explain_documents
-from docclass.train.checkpoint import load_classifier
 
 
 def planted_keyword_hits(

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from docclass.data.batching import collate, padding_efficiency
-from docclass.data.datamodule import DocDataModule
+from docclass.train.datamodule import DocDataModule
 from docclass.train.lightning_cli import training_cli
 from docclass.train.lit_module import DocClassifierModule
 

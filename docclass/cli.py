@@ -11,85 +11,124 @@ docstring is the help, its types check the values.
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib
+import importlib.util
 import logging
+import re
 import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import datasets
 from jsonargparse import ArgumentError, ArgumentParser
 
 from docclass.errors import UserError
-from docclass.inference.classify import classify_command
-from docclass.inference.export import export_command, push_command
-from docclass.inference.reporting import (
-    documents_from_datamodule,
-    faithfulness_command,
-    make_report,
-    report_command,
-)
-from docclass.inference.serve import serve
-from docclass.report.figures import write_run_figures
-from docclass.train.checkpoint import TrainedClassifier
-from docclass.train.lightning_cli import LIGHTNING_SUBCOMMANDS, TrainingCLI, training_cli
 
-# name → (function, its positional list parameter and that parameter's help, if any)
-COMMANDS: dict[str, tuple[Callable[..., Any], tuple[str, str] | None]] = {
-    "report": (report_command, None),
+# Lightning, datasets and the report's dependencies take seconds to import: classify, serve,
+# export and push must start without them, so every command is imported when it runs.
+# name → (module, function, its positional list parameter and that parameter's help, if any)
+COMMANDS: dict[str, tuple[str, str, tuple[str, str] | None]] = {
+    "report": ("docclass.inference.reporting", "report_command", None),
     "classify": (
-        classify_command,
+        "docclass.inference.classify",
+        "classify_command",
         (
             "inputs",
             "files, folders (recursive), globs, '-' (stdin, one document per line), or "
             "CSV / JSONL / Parquet tables (one document per row)",
         ),
     ),  # fmt: skip
-    "faithfulness": (faithfulness_command, None),
-    "serve": (serve, None),
-    "export": (export_command, None),
-    "push": (push_command, None),
+    "faithfulness": ("docclass.inference.reporting", "faithfulness_command", None),
+    "serve": ("docclass.inference.serve", "serve", None),
+    "export": ("docclass.inference.export", "export_command", None),
+    "push": ("docclass.inference.export", "push_command", None),
 }
+# The Lightning subcommands' one-line help, for `docclass --help` without importing Lightning.
+TRAINING_COMMANDS = {
+    "fit": "train a model (then test it and write the report of its test split)",
+    "validate": "score a checkpoint on the validation split",
+    "test": "score a checkpoint on the test split (metrics.json, figures)",
+    "predict": "write predictions of a checkpoint for a split",
+}
+# Commands that read datasets (whose progress bars would flood a log).
+READS_DATASETS = {"report", "faithfulness", *TRAINING_COMMANDS}
 
 
-class DocClassCLI(TrainingCLI):
-    """:class:`TrainingCLI` plus what the upper layers add: figures after testing, and the
-    report of the test split after ``fit``."""
+def command_function(name: str) -> Callable[..., Any]:
+    module, function, _ = COMMANDS[name]
+    return getattr(importlib.import_module(module), function)
 
-    def after_test(self) -> None:
-        run_dir = Path(self.trainer.default_root_dir)
-        if self.trainer.is_global_zero and (run_dir / "metrics.json").is_file():
-            write_run_figures(run_dir)
 
-    def after_fit(self) -> None:
-        super().after_fit()
-        tested = self.config.fit.get("test_after_fit") and not self.trainer.interrupted
-        if not (tested and self.config.fit.get("report_after_fit") and self.trainer.is_global_zero):
-            return
-        run_dir = Path(self.trainer.default_root_dir)
-        classifier = TrainedClassifier(
-            model=self.model.model,
-            tokenizer=self.datamodule.tokenizer,
-            label_names=list(self.datamodule.label_names),
-            max_tokens=self.datamodule.max_tokens,
-        )
-        summary = make_report(
-            classifier,
-            documents_from_datamodule(self.datamodule, "test"),
-            run_dir / "report",
-            run_dir=run_dir,
-            title=f"docclass report · {run_dir.name}",
-            device=str(self.model.device),
-            max_documents=self.config.fit.get("report_max_documents"),
-            faithfulness_documents=self.config.fit.get("report_faithfulness_documents"),
-        )
-        print(f"report: {summary['documents']} documents → {summary['index']}")
+def command_summary(name: str) -> str:
+    """The first line of a command function's docstring, read from its source, not imported."""
+    module, function, _ = COMMANDS[name]
+    tree = ast.parse(Path(importlib.util.find_spec(module).origin).read_text(encoding="utf-8"))
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+    text = " ".join((ast.get_docstring(node) or "").split("\n\n")[0].split())
+    sentence = re.split(r"(?<=\.)\s", text)[0]
+    return sentence if len(sentence) <= 100 else sentence[:99] + "…"
+
+
+def __getattr__(name: str) -> Any:
+    # The training CLI subclasses Lightning's: built on first use (PEP 562), so importing this
+    # module stays free of Lightning.
+    if name == "DocClassCLI":
+        return doc_class_cli()
+    raise AttributeError(f"module 'docclass.cli' has no attribute {name!r}")
+
+
+@functools.cache
+def doc_class_cli() -> type:
+    from docclass.artifacts.load import TrainedClassifier
+    from docclass.inference.reporting import documents_from_datamodule, make_report
+    from docclass.report.figures import write_run_figures
+    from docclass.train.lightning_cli import TrainingCLI
+
+    class DocClassCLI(TrainingCLI):
+        """:class:`TrainingCLI` plus what the upper layers add: figures after testing, and the
+        report of the test split after ``fit``."""
+
+        def after_test(self) -> None:
+            run_dir = Path(self.trainer.default_root_dir)
+            if self.trainer.is_global_zero and (run_dir / "metrics.json").is_file():
+                write_run_figures(run_dir)
+
+        def after_fit(self) -> None:
+            super().after_fit()
+            tested = self.config.fit.get("test_after_fit") and not self.trainer.interrupted
+            if not (
+                tested and self.config.fit.get("report_after_fit") and self.trainer.is_global_zero
+            ):
+                return
+            run_dir = Path(self.trainer.default_root_dir)
+            classifier = TrainedClassifier(
+                model=self.model.model,
+                tokenizer=self.datamodule.tokenizer,
+                label_names=list(self.datamodule.label_names),
+                max_tokens=self.datamodule.max_tokens,
+            )
+            summary = make_report(
+                classifier,
+                documents_from_datamodule(self.datamodule, "test"),
+                run_dir / "report",
+                run_dir=run_dir,
+                title=f"docclass report · {run_dir.name}",
+                device=str(self.model.device),
+                max_documents=self.config.fit.get("report_max_documents"),
+                faithfulness_documents=self.config.fit.get("report_faithfulness_documents"),
+            )
+            print(f"report: {summary['documents']} documents → {summary['index']}")
+
+    return DocClassCLI
 
 
 def command_parser(name: str) -> ArgumentParser:
     """The parser of a non-Lightning command, built from its function's signature."""
-    function, positional = COMMANDS[name]
+    _, _, positional = COMMANDS[name]
+    function = command_function(name)
     summary = (function.__doc__ or "").split("\n\n")[0]
     parser = ArgumentParser(
         prog=f"docclass {name}", description=" ".join(summary.split()), exit_on_error=False
@@ -104,34 +143,45 @@ def command_parser(name: str) -> ArgumentParser:
 
 def run_command(name: str, argv: list[str]) -> Any:
     """Parse ``argv`` with the command's parser and call its function."""
-    function, _ = COMMANDS[name]
-    return function(**command_parser(name).parse_args(argv).as_dict())
+    return command_function(name)(**command_parser(name).parse_args(argv).as_dict())
+
+
+def print_help() -> None:
+    """The command list: Lightning's own help (``docclass fit --help``) imports Lightning, this
+    one does not."""
+    print("usage: docclass COMMAND [options]   (docclass COMMAND --help for its options)\n")
+    for name, summary in TRAINING_COMMANDS.items():
+        print(f"  {name:13s} {summary}")
+    for name in COMMANDS:
+        print(f"  {name:13s} {command_summary(name)}")
 
 
 def main(args: list[str] | None = None) -> None:
     """Entry point of the ``docclass`` console script."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    datasets.disable_progress_bars()
     # Batches are tokenized ahead of time and collate is trivial: workers only add start-up cost.
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     argv = sys.argv[1:] if args is None else list(args)
     try:
+        if argv[:1] and argv[0] in READS_DATASETS:
+            import datasets
+
+            datasets.disable_progress_bars()
         if argv[:1] and argv[0] in COMMANDS:
             run_command(argv[0], argv[1:])
             return
         if argv[:1] in (["-h"], ["--help"]):
-            # LightningCLI lists only its own subcommands; name ours before its help exits.
-            for name, (function, _) in COMMANDS.items():
-                first_line = (function.__doc__ or "").strip().splitlines()[0]
-                print(f"docclass {name}: {first_line} (see --help)")
-            print()
-        training_cli(args=args, cli_class=DocClassCLI)
+            print_help()
+            return
+        from docclass.train.lightning_cli import training_cli
+
+        training_cli(args=args, cli_class=doc_class_cli())
     except UserError as error:
         print(f"docclass: error: {error}", file=sys.stderr)
         sys.exit(2)
     except ArgumentError as error:
         message = " ".join(str(error).split())
-        known = (*LIGHTNING_SUBCOMMANDS, *COMMANDS)
+        known = (*TRAINING_COMMANDS, *COMMANDS)
         command = f"docclass {argv[0]}" if argv[:1] and argv[0] in known else "docclass"
         print(f"docclass: error: {message} (see '{command} --help')", file=sys.stderr)
         sys.exit(2)

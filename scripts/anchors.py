@@ -10,9 +10,9 @@ import logging
 from pathlib import Path
 
 from benchmarks.anchors import tfidf_svm_anchor
-from docclass.data.datamodule import DocDataModule
 from docclass.data.tokenizer import TokenizerSpec
 from docclass.train.callbacks import machine_summary
+from docclass.train.datamodule import DocDataModule
 
 parser = argparse.ArgumentParser(
     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

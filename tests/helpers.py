@@ -8,9 +8,9 @@ import datasets
 import lightning.pytorch as pl
 import torch
 
+from docclass.artifacts.load import TrainedClassifier
 from docclass.data.tokenizer import TokenizerSpec, train_tokenizer
 from docclass.nn.model import DocumentClassifier, ModelConfig
-from docclass.train.checkpoint import TrainedClassifier
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"

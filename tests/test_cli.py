@@ -9,11 +9,12 @@ import torch
 import yaml
 from helpers import CONFIGS, write_ag_news_like, write_jsonl
 
+from docclass.artifacts.checkpoint import ARTIFACT_KEY
+from docclass.artifacts.load import read_artifact
 from docclass.cli import DocClassCLI, main
-from docclass.data.artifact import ARTIFACT_KEY, read_artifact
-from docclass.data.datamodule import DocDataModule
 from docclass.data.synthetic import planted_keyword_corpus
 from docclass.interpret.records import read_jsonl
+from docclass.train.datamodule import DocDataModule
 from docclass.train.lit_module import DocClassifierModule
 
 TINY = str(CONFIGS / "tiny.yaml")
@@ -188,7 +189,7 @@ def test_missing_checkpoint_is_one_line(capsys, tmp_path):
         "--trainer.default_root_dir",
         str(tmp_path),
     )
-    assert "gone.ckpt: checkpoint not found" in line
+    assert "gone.ckpt: no such file or folder" in line
 
 
 @pytest.mark.fault(
@@ -324,7 +325,7 @@ def test_report_help_and_its_one_line_errors(capsys, tmp_path):
     line = one_line_failure(
         capsys, "report", "--ckpt", str(tmp_path / "none.ckpt"), "--data", TINY, "--out", "x"
     )
-    assert line.startswith("docclass: error:") and "none.ckpt: checkpoint not found" in line
+    assert line.startswith("docclass: error:") and "none.ckpt: no such file or folder" in line
 
 
 @pytest.mark.fault(

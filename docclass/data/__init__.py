@@ -1,2 +1,3 @@
-"""From a source to model inputs: sources, cleaning and splits, the tokenizer, the one batcher,
-streaming, and the Lightning DataModule that glues them together."""
+"""From a source to model inputs: sources, cleaning and splits, the tokenizer, the one batcher
+and streaming. No Lightning and no model files: the DataModule that glues these to Lightning
+lives in :mod:`docclass.train.datamodule`, model files in :mod:`docclass.artifacts`."""

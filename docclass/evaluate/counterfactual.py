@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,39 @@ def doubling_counts(limit: int) -> list[int]:
     """1, 2, 4, … below ``limit``, then ``limit`` itself."""
     counts = [1 << i for i in range(max(1, limit).bit_length()) if 1 << i < limit]
     return [*counts, limit]
+
+
+def fewest_flipping(
+    removing: Callable[[list[int]], np.ndarray], limit: int, predicted: int
+) -> tuple[int | None, dict[int, np.ndarray]]:
+    """The fewest top words (at most ``limit``) whose removal changes the label ``predicted``,
+    None when no count tried does, and every count tried with its distribution.
+    ``removing(counts)`` gives the distributions with each count's top words removed."""
+    tried: dict[int, np.ndarray] = {}
+    # The first counts alone, then the rest: a label that falls with a word or two (the most
+    # common case) costs two or three passes.
+    doubling = doubling_counts(limit)
+    for group in (doubling[:2], doubling[2:]):
+        if not group:
+            continue
+        for k, distribution in zip(group, removing(group), strict=True):
+            tried[k] = distribution
+        if any(int(tried[k].argmax()) != predicted for k in group):
+            break
+    flips = [k for k in sorted(tried) if int(tried[k].argmax()) != predicted]
+    if not flips:
+        return None, tried
+    high = flips[0]
+    low = max((k for k in tried if k < high), default=0)
+    while high - low > 1:  # every count tried below ``high`` kept the label
+        middle = (low + high) // 2
+        (distribution,) = removing([middle])
+        tried[middle] = distribution
+        if int(distribution.argmax()) != predicted:
+            high = middle
+        else:
+            low = middle
+    return high, tried
 
 
 def document_counterfactual(
@@ -63,31 +96,10 @@ def document_counterfactual(
             classifier.model, ids, token_words, masks, removal, device=device, unk_id=unk
         )
 
-    tried: dict[int, np.ndarray] = {}
-    # The first counts alone, then the rest: a label that falls with a word or two (the most
-    # common case) costs two or three passes.
-    doubling = doubling_counts(limit)
-    for group in (doubling[:2], doubling[2:]):
-        if not group:
-            continue
-        for k, distribution in zip(group, removing(group), strict=True):
-            tried[k] = distribution
-        if any(int(tried[k].argmax()) != predicted for k in group):
-            break
-    flips = [k for k in sorted(tried) if int(tried[k].argmax()) != predicted]
+    high, tried = fewest_flipping(removing, limit, predicted)
     result: dict[str, Any] = {"method": method, "k": None, "tried": limit, "counts": sorted(tried)}
-    if not flips:
+    if high is None:
         return result
-    high = flips[0]
-    low = max((k for k in tried if k < high), default=0)
-    while high - low > 1:  # every count tried below ``high`` kept the label
-        middle = (low + high) // 2
-        (distribution,) = removing([middle])
-        tried[middle] = distribution
-        if int(distribution.argmax()) != predicted:
-            high = middle
-        else:
-            low = middle
     label = int(tried[high].argmax())
     result.update(
         k=high,

@@ -13,13 +13,13 @@ from typing import Any
 
 import numpy as np
 
+from docclass.artifacts.load import TrainedClassifier
 from docclass.evaluate import sanity
 from docclass.evaluate.erasure import FRACTIONS, faithfulness_table
 from docclass.evaluate.plausibility import plausibility
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.inputs import float32_classifier
 from docclass.interpret.integrated_gradients import add_integrated_gradients
-from docclass.train.checkpoint import TrainedClassifier
 
 RANDOM_SEEDS = 5
 

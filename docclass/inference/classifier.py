@@ -22,6 +22,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 import torch
 
+from docclass.artifacts.load import TrainedClassifier, load_classifier
 from docclass.errors import ConfigError
 from docclass.inference.model_facts import model_default_method
 from docclass.interpret.default_method import UNMEASURED_DEFAULT, DefaultMethod
@@ -36,7 +37,6 @@ from docclass.interpret.methods import (
 )
 from docclass.interpret.records import EMPTY_DOCUMENT
 from docclass.nn.model import DocumentClassifier
-from docclass.train.checkpoint import TrainedClassifier, load_classifier
 
 
 def resolve_device(device: str) -> torch.device:
@@ -203,16 +203,19 @@ class DocClassifier:
         self.trained = trained
         self.device = resolve_device(device)
         self.trained.model.to(self.device).eval()
-        self.default = default or model_default_method("", trained.folder_config)
+        self.default = default or model_default_method(
+            "", trained.folder_config, lambda: trained.fingerprint
+        )
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto") -> DocClassifier:
         """Load a checkpoint written by ``docclass fit``, a folder written by ``docclass
-        export``, or such a folder's hub id (``owner/name[@revision]``); no pickle executed.
+        export``, or such a folder on the hub (``hub:owner/name@<commit>``); no pickle executed.
         Word scores default to the method the model's own faithfulness measurements trust
         most (:attr:`default_method`)."""
         trained = load_classifier(path)
-        return cls(trained, device, model_default_method(path, trained.folder_config))
+        default = model_default_method(path, trained.folder_config, lambda: trained.fingerprint)
+        return cls(trained, device, default)
 
     @property
     def default_method(self) -> str:

@@ -299,7 +299,7 @@ def classify_command(
         inputs: files, folders (recursive), globs, '-' (stdin, one document per line), or
             CSV / JSONL / Parquet tables (one document per row).
         ckpt: checkpoint written by 'docclass fit', a folder written by 'docclass export', or
-            its hub id (owner/name[@revision]).
+            hub:owner/name@<commit> (a folder on the hub, pinned).
         out: output file: .csv for CSV, else JSON Lines (default: standard output).
         text_column: text column of table inputs.
         top_words: add the K words with the highest word scores to each row.

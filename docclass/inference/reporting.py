@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
-from docclass.data.datamodule import DocDataModule
+from docclass.artifacts.load import TrainedClassifier, load_classifier
 from docclass.data.sources import SourceSpec, load_source
 from docclass.errors import DataError
 from docclass.evaluate.agreement import add_agreement
@@ -37,7 +37,7 @@ from docclass.interpret.records import HEAD_PREFIX, method_label, write_jsonl
 from docclass.metrics import classification_scores
 from docclass.report.figures import removal_curves_figure, save_png
 from docclass.report.html import FAITHFULNESS_FILE, REPORT_META, rewrite_report, write_report
-from docclass.train.checkpoint import TrainedClassifier, load_classifier
+from docclass.train.datamodule import DocDataModule
 from docclass.train.lightning_cli import datamodule_from_config
 
 log = logging.getLogger(__name__)
@@ -200,11 +200,7 @@ def measure_faithfulness(
     Single pool heads are left to ``docclass faithfulness``: they are views of pool attention,
     never a default, and their rankings were a third of the report's perturbed copies."""
     classifier = float32_classifier(classifier)
-    chosen = (
-        faithfulness_sample(records, documents, error_share)
-        if documents is not None
-        else range(len(records))
-    )
+    chosen = faithfulness_positions(records, documents, error_share)
     for i in chosen:
         record = records[i]
         scores = record.get("scores", {})
@@ -257,6 +253,21 @@ def faithfulness_sample(
     return sorted(part(errors, wanted) + part(rest, size - wanted))
 
 
+def faithfulness_positions(
+    records: Sequence[dict[str, Any]], documents: int | None, error_share: float | None
+) -> list[int]:
+    """Which records the report's faithfulness table measures: ``documents`` of them
+    (:func:`faithfulness_sample`), or all. A capped report (``error_share`` given) lists every
+    misclassified document first, so "all" would weigh errors far above their share of the
+    split: it measures the most records that keep the split's share instead."""
+    if documents is None and error_share is not None:
+        correct = sum(not _misclassified(record) for record in records)
+        documents = len(records) if error_share >= 1 else int(correct / (1 - error_share))
+    if documents is None or documents >= len(records):
+        return list(range(len(records)))
+    return faithfulness_sample(records, documents, error_share)
+
+
 def make_report(
     classifier: TrainedClassifier,
     documents: Documents,
@@ -294,12 +305,7 @@ def make_report(
         What was written and how long each stage took (also logged).
     """
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stale = out_dir / FAITHFULNESS_FILE
-    if stale.is_file():
-        # Its figures describe the model and documents of the report being replaced.
-        stale.unlink()
-        log.info("removed %s: run 'docclass faithfulness' again for the new report", stale)
+    _clear_for_new_report(out_dir)
     texts, ids, labels = documents.texts[:limit], documents.ids[:limit], documents.labels[:limit]
     started = time.perf_counter()
     population, subtitle = None, documents.description
@@ -320,15 +326,8 @@ def make_report(
         else None
     )
     measured = time.perf_counter()
-    # With a faithfulness sample, counterfactuals are searched on the same documents: each
-    # costs a dozen passes, which through a pre-trained encoder a whole split cannot afford.
-    searched = (
-        [i for i, record in enumerate(records) if record.get("faithfulness")]
-        if summary and summary.get("sample")
-        else None
-    )
     checks = _record_checks(
-        classifier, texts, records, summary, counterfactuals, rationales, device, searched
+        classifier, texts, records, summary, counterfactuals, rationales, device
     )
     checked = time.perf_counter()
     write_jsonl(records, out_dir / "explanations.jsonl")
@@ -342,17 +341,32 @@ def make_report(
         faithfulness=summary,
         population=population,
         checks=checks,
+        weights=classifier.fingerprint,
     )
-    finished = time.perf_counter()
-    stages = {
+    stages = _stage_seconds(started, explained, measured, checked, time.perf_counter())
+    log.info("report: %d documents, %s → %s", len(records), stages, index)
+    return {"index": str(index), "documents": len(records), **stages}
+
+
+def _clear_for_new_report(out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stale = out_dir / FAITHFULNESS_FILE
+    if stale.is_file():
+        # Its figures describe the model and documents of the report being replaced.
+        stale.unlink()
+        log.info("removed %s: run 'docclass faithfulness' again for the new report", stale)
+
+
+def _stage_seconds(
+    started: float, explained: float, measured: float, checked: float, finished: float
+) -> dict[str, float]:
+    return {
         "explain_s": round(explained - started, 2),
         "faithfulness_s": round(measured - explained, 2),
         "counterfactuals_and_agreement_s": round(checked - measured, 2),
         "pages_s": round(finished - checked, 2),
         "total_s": round(finished - started, 2),
     }
-    log.info("report: %d documents, %s → %s", len(records), stages, index)
-    return {"index": str(index), "documents": len(records), **stages}
 
 
 def _error_share(population: dict[str, Any] | None) -> float | None:
@@ -392,11 +406,16 @@ def _record_checks(
     counterfactuals: bool,
     rationales: str | Path | None,
     device: str,
-    searched: Sequence[int] | None = None,
 ) -> dict[str, Any]:
-    """Counterfactuals by the default method (on the records at ``searched`` when given),
-    agreement between methods and, with rationales, plausibility: stored in the records,
-    summarised for the index."""
+    """Counterfactuals by the default method, agreement between methods and, with rationales,
+    plausibility: stored in the records, summarised for the index."""
+    # With a faithfulness sample, counterfactuals are searched on the same documents: each
+    # costs a dozen passes, which through a pre-trained encoder a whole split cannot afford.
+    searched = (
+        [i for i, record in enumerate(records) if record.get("faithfulness")]
+        if faithfulness and faithfulness.get("sample")
+        else None
+    )
     shown_first = default_method(
         faithfulness["methods"] if faithfulness else None,
         faithfulness["documents"] if faithfulness else 0,
@@ -434,7 +453,7 @@ def report_command(
 
     Args:
         ckpt: checkpoint written by 'docclass fit', a folder written by 'docclass export', or
-            its hub id (owner/name[@revision]).
+            hub:owner/name@<commit> (a folder on the hub, pinned).
         data: a YAML config (its split, exactly as in training) or a data source: a
             CSV/JSONL/Parquet file, a folder of <class>/*.txt, 'bbc' or a hub dataset name.
         out: folder for the report (created).
@@ -505,7 +524,7 @@ def faithfulness_command(
 
     Args:
         ckpt: checkpoint written by 'docclass fit', a folder written by 'docclass export', or
-            its hub id (owner/name[@revision]).
+            hub:owner/name@<commit> (a folder on the hub, pinned).
         data: a YAML config (its split) or a data source.
         out: folder for faithfulness.json and .png.
         split: split to measure.
@@ -528,14 +547,23 @@ def faithfulness_command(
         classifier, documents.texts[:limit], removals, sample, ig_steps, permutations, device,
         ids=documents.ids[:limit], rationales=evidence,
     )  # fmt: skip
-    figures = {"checkpoint": str(ckpt), "data": documents.description, **figures}
+    figures = {
+        "checkpoint": str(ckpt),
+        "weights": classifier.fingerprint,  # whose figures these are (model_facts reads it)
+        "data": documents.description,
+        **figures,
+    }
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / FAITHFULNESS_FILE).write_text(json.dumps(figures, indent=2) + "\n")
     tables = {removal: result["aopc"] for removal, result in figures["removal"].items()}
     save_png(removal_curves_figure(tables, FRACTIONS), folder / "faithfulness.png")
-    if (folder / REPORT_META).is_file() and (folder / "explanations.jsonl").is_file():
-        figures["report"] = str(rewrite_report(folder))
+    meta = folder / REPORT_META
+    if meta.is_file() and (folder / "explanations.jsonl").is_file():
+        if json.loads(meta.read_text(encoding="utf-8")).get("weights") == classifier.fingerprint:
+            figures["report"] = str(rewrite_report(folder))
+        else:
+            log.warning("%s: the report there explains other weights; not rendered again", meta)
     _print_faithfulness(figures, out)
     return figures
 

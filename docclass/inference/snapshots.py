@@ -10,8 +10,8 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 
+from docclass.artifacts.load import TrainedClassifier
 from docclass.inference.reporting import documents_from_datamodule, make_report
-from docclass.train.checkpoint import TrainedClassifier
 
 
 class AttentionSnapshots(pl.Callback):

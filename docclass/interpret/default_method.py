@@ -30,6 +30,9 @@ COST_ORDER = (
 # report's documents move by about this much between seeds of the random floor.
 TIE = 0.005
 UNMEASURED_DEFAULT = "contribution"
+# The name a model's report's own faithfulness table goes by among its tables: the one table
+# the default is chosen from, by the report's pages and the API alike.
+REPORT_TABLE = "report sample"
 
 
 @dataclass(frozen=True)

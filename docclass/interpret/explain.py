@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from docclass.artifacts.load import TrainedClassifier
 from docclass.interpret.inputs import DocumentInput, batched, encode_documents, float32_model
 from docclass.interpret.methods import ScoringPass, rollout_by_depth, scoring_pass, token_scores
 from docclass.interpret.records import EMPTY_DOCUMENT, compact
 from docclass.nn.attention import banded_to_dense
-from docclass.train.checkpoint import TrainedClassifier
 
 # Per-layer, per-head word-by-word maps are drawn only for documents this short: beyond it the
 # map is unreadable, and skipping it keeps whole-corpus reports fast.

@@ -164,6 +164,36 @@ def _document_page(
     long_view = record["words_read"] > LONG_DOCUMENT_WORDS or len(record["words"]) > (
         LONG_DOCUMENT_WORDS
     )
+    data = _page_data(record, scores, long_view)
+    depths = record.get("rollout_depths") or []
+    probs = sorted(record.get("probs", {}).items(), key=lambda item: -item[1])
+    first = shown_first.method if shown_first.method in scores else "attention"
+    signed = first in SIGNED_METHODS
+    return environment.get_template("document.html.j2").render(
+        record={**record, "error": record.get("error"), "tokens_read": _tokens_read(record)},
+        confidence=_confidence(record),
+        probs=probs,
+        methods=_method_options(record, pool_heads),
+        pool_heads=pool_heads,
+        rollout_depths=len(depths),
+        long_view=long_view,
+        bin_words=data["bins"][0][1] if data["bins"] else 0,
+        contrast_classes=list(record.get("contributions", {})),
+        runner_up=probs[1][0] if len(probs) > 1 else None,
+        method_labels={key: info.label for key, info in METHODS.items()},
+        pieces=_pieces(record, scores.get(first), signed=signed, label=method_label(first)),
+        initial_signed=signed,
+        shown_first=shown_first,
+        first_method=first,
+        data=data,
+        index_href=index_href,
+        **common,
+    )
+
+
+def _page_data(record: dict, scores: dict[str, list[float]], long_view: bool) -> dict[str, Any]:
+    """What a document page's script reads: its scores (``scores`` gains the rollout depths),
+    logits, sentences of a long document, faithfulness and layer maps."""
     data: dict[str, Any] = {
         "logits": record.get("logits", {}),
         "bias": record.get("contribution_bias", {}),
@@ -191,29 +221,7 @@ def _document_page(
         # word, took about a second each, too slow for corpora of short texts.
         data["layer_maps"] = record["layer_maps"]
         data["map_words"] = record["words"][: record["words_read"]]
-    probs = sorted(record.get("probs", {}).items(), key=lambda item: -item[1])
-    first = shown_first.method if shown_first.method in scores else "attention"
-    signed = first in SIGNED_METHODS
-    return environment.get_template("document.html.j2").render(
-        record={**record, "error": record.get("error"), "tokens_read": _tokens_read(record)},
-        confidence=_confidence(record),
-        probs=probs,
-        methods=_method_options(record, pool_heads),
-        pool_heads=pool_heads,
-        rollout_depths=len(depths),
-        long_view=long_view,
-        bin_words=data["bins"][0][1] if data["bins"] else 0,
-        contrast_classes=list(record.get("contributions", {})),
-        runner_up=probs[1][0] if len(probs) > 1 else None,
-        method_labels={key: info.label for key, info in METHODS.items()},
-        pieces=_pieces(record, scores.get(first), signed=signed, label=method_label(first)),
-        initial_signed=signed,
-        shown_first=shown_first,
-        first_method=first,
-        data=data,
-        index_href=index_href,
-        **common,
-    )
+    return data
 
 
 def _page_faithfulness(figures: dict[str, Any]) -> dict[str, Any]:
@@ -298,6 +306,7 @@ def write_report(
     faithfulness: dict[str, Any] | None = None,
     population: dict[str, Any] | None = None,
     checks: dict[str, Any] | None = None,
+    weights: str | None = None,
 ) -> Path:
     """Write ``index.html`` and ``<documents_dir>/doc-NNNNN.html`` for every record.
 
@@ -319,6 +328,8 @@ def write_report(
         checks: summaries over the records of ``counterfactual`` (how often one exists),
             ``agreement`` (between methods, per pair) and ``plausibility`` (against human
             rationales), each None when not measured.
+        weights: the fingerprint of the weights explained, kept in ``report.json`` so its
+            table is only ever read for those weights.
 
     Returns:
         The path of ``index.html``.
@@ -356,7 +367,7 @@ def write_report(
         confusion_cells=confusion_cells(records, label_names, hrefs),
         label_names=label_names,
         rows=_index_rows(records, documents_dir),
-        trust=_trust_section(faithfulness, out_dir),
+        trust=_trust_section(faithfulness, out_dir, weights),
         shown_first=shown_first,
         checks=_checks_section(checks or {}),
         method_labels={key: METHODS[key].label for key in METHODS},
@@ -366,7 +377,7 @@ def write_report(
     # What rewrite_report needs to render the same report again from explanations.jsonl.
     meta = dict(title=title, subtitle=subtitle, label_names=label_names, run_dir=run_dir)
     meta.update(run_dir=str(run_dir) if run_dir else None, documents_dir=documents_dir)
-    meta.update(faithfulness=faithfulness, population=population, checks=checks)
+    meta.update(faithfulness=faithfulness, population=population, checks=checks, weights=weights)
     (out_dir / REPORT_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return out_dir / "index.html"
 
@@ -478,12 +489,16 @@ def _ratio(value: float, floor: float) -> str:
     return f"{value / floor:.1f}×" if floor > 1e-3 else "—"
 
 
-def _trust_section(faithfulness: dict[str, Any] | None, out_dir: Path) -> dict[str, Any] | None:
+def _trust_section(
+    faithfulness: dict[str, Any] | None, out_dir: Path, weights: str | None = None
+) -> dict[str, Any] | None:
     """The index's faithfulness figures: the records' own (mask removal, every document) and,
-    when ``docclass faithfulness`` wrote into this folder, its sample checks."""
+    when ``docclass faithfulness`` wrote into this folder for the same weights, its checks."""
     table = (faithfulness or {}).get("methods")
     path = out_dir / FAITHFULNESS_FILE
     extra = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if extra and weights and extra.get("weights") != weights:
+        extra = None  # measured on another checkpoint: not this report's model
     if not table and not extra:
         return None
     section: dict[str, Any] = {"rows": [], "documents": 0, "extra": None}

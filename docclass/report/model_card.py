@@ -13,12 +13,13 @@ import html
 import json
 from typing import Any
 
+from docclass.interpret.default_method import REPORT_TABLE
 from docclass.interpret.records import HEAD_PREFIX, REMOVAL_LABELS, method_label
 
 USAGE = [
     "from docclass import DocClassifier",
     "",
-    'classifier = DocClassifier.load("this-folder-or-owner/name")',
+    'classifier = DocClassifier.load("this-folder")  # or "hub:owner/name@<commit>"',
     'classifier.predict(["some document text"], word_scores=True)',
 ]
 
@@ -67,7 +68,8 @@ def _front_matter(facts: dict[str, Any]) -> list[str]:
 def _scores_section(facts: dict[str, Any]) -> list[str]:
     test, spread = facts.get("test") or {}, facts.get("spread")
     if "accuracy" not in test:
-        return ["## Scores", "", "Not measured: the run left no test figures.", ""]
+        why = facts.get("unmeasured") or "the run left no test figures"
+        return ["## Scores", "", f"Not measured on these weights: {_cell(why)}.", ""]
     lines = ["## Scores", ""]
     lines.append(
         f"On the held-out test split ({test.get('n_documents', '?')} documents, never used to "
@@ -87,7 +89,8 @@ def _scores_section(facts: dict[str, Any]) -> list[str]:
     if per_class and len(per_class) == len(facts["labels"]):
         lines += ["", "| class | F1 |", "|---|---|"]
         lines += [
-            f"| {_cell(name)} | {f1:.3f} |"
+            # None: no test document of this class and none predicted, so no F1 (not a 0).
+            f"| {_cell(name)} | {'no documents' if f1 is None else f'{f1:.3f}'} |"
             for name, f1 in zip(facts["labels"], per_class, strict=True)
         ]
     return [*lines, ""]
@@ -112,11 +115,16 @@ def _faithfulness_section(facts: dict[str, Any]) -> list[str]:
         "(lower is better). A method earns trust by beating the random ranking on both.",
         "",
     ]
-    for removal, table in tables.items():
+    for name, table in tables.items():
         methods = table.get("methods", {})
         floor = max(methods.get("random", {}).get("comprehensiveness", 0.0), 1e-9)
+        # The report's own table is the one the default method is chosen from; the others come
+        # from 'docclass faithfulness' and inform, without changing the choice.
+        own = name == REPORT_TABLE
+        removal = table.get("removal", "mask") if own else name
         lines += [
-            f"Removal by {REMOVAL_LABELS.get(removal, removal)} ("
+            ("The report's table, which chose the default: r" if own else "R")
+            + f"emoval by {REMOVAL_LABELS.get(removal, removal)} ("
             + (table.get("sample") or f"{table.get('documents', '?')} documents")
             + "):",
             "",

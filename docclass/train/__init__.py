@@ -1,1 +1,2 @@
-"""Training: the LightningModule, callbacks, the LightningCLI set-up and checkpoint I/O."""
+"""Training: the LightningModule, the DataModule, callbacks, the LightningCLI set-up and atomic
+checkpoint writes."""

@@ -23,6 +23,7 @@ import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.loggers import CSVLogger
 
+from docclass.artifacts.hashing import weights_fingerprint
 from docclass.data.streaming import process_rank
 from docclass.errors import ConfigError, TrainingDiverged
 from docclass.metrics import classification_scores
@@ -266,7 +267,14 @@ class RunReport(pl.Callback):
         datamodule = trainer.datamodule
         metrics = {
             "run": run_dir.name,
-            "test": {**scores, "confusion_matrix": matrix.tolist(), "label_names": label_names},
+            "test": {
+                **scores,
+                "confusion_matrix": matrix.tolist(),
+                "label_names": label_names,
+                # Which weights were tested: a run keeps several checkpoints, and these scores
+                # belong to one of them (export and the API compare it with theirs).
+                "weights": weights_fingerprint(pl_module.model.state_dict()),
+            },
             "val": self.final_validation,
             "train_time_s": self.train_seconds,
             "test_time_s": time.perf_counter() - self._test_started,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from docclass.data.batching import pad_token_ids
+from docclass.errors import ConfigError
 from docclass.nn.model import DocumentClassifier
 
 
@@ -30,6 +31,13 @@ class EncoderStateCache:
     ) -> torch.Tensor:
         """``[B,T,D]`` on the batch's device, padding rows zero."""
         rows = batch["index"].tolist()
+        if min(rows) < 0:
+            # A row without a number (a streamed document) has no slot of its own: refusing
+            # beats silently giving every such document the last cached one's states.
+            raise ConfigError(
+                f"model.cache_encoder_states: the {split} batch has rows without a row number "
+                "(streamed); set cache_encoder_states: false"
+            )
         lengths = batch["attention_mask"].sum(dim=1).tolist()
         missing = [i for i, row in enumerate(rows) if (split, row) not in self.states]
         if missing:

@@ -17,9 +17,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
-from docclass.data.artifact import read_artifact
-from docclass.data.datamodule import DocDataModule
-from docclass.data.pretrained import encoder_model_settings, locate_encoder
+from docclass.artifacts.encoders import encoder_model_settings, locate_encoder
+from docclass.artifacts.load import read_artifact
 from docclass.errors import ConfigError
 from docclass.train.callbacks import (
     PredictionWriter,
@@ -29,6 +28,7 @@ from docclass.train.callbacks import (
     TrainingTokenBudget,
 )
 from docclass.train.checkpoint import AtomicCheckpointIO
+from docclass.train.datamodule import DocDataModule
 from docclass.train.lit_module import DocClassifierModule
 
 LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
-from docclass.data.artifact import ARTIFACT_KEY, FORMAT_VERSION
-from docclass.data.pretrained import (
+from docclass.artifacts.checkpoint import ARTIFACT_KEY, FORMAT_VERSION
+from docclass.artifacts.encoders import (
     encoder_model_settings,
     encoder_state_dict,
     is_encoder_parameter,
@@ -22,6 +22,22 @@ from docclass.data.pretrained import (
 from docclass.errors import ConfigError
 from docclass.nn.model import ClassifierOutput, DocumentClassifier, ModelConfig
 from docclass.train.encoder_cache import EncoderStateCache
+
+
+def _check_training_settings(
+    lr: float, warmup_fraction: float, label_smoothing: float, cache: bool, frozen_encoder: bool
+) -> None:
+    if lr <= 0:
+        raise ConfigError(f"model.lr must be positive, got {lr}")
+    if not 0 <= warmup_fraction < 1:
+        raise ConfigError(f"model.warmup_fraction must be in [0, 1), got {warmup_fraction}")
+    if not 0 <= label_smoothing < 1:
+        raise ConfigError(f"model.label_smoothing must be in [0, 1), got {label_smoothing}")
+    if cache and not frozen_encoder:
+        raise ConfigError(
+            "model.cache_encoder_states needs model.encoder and model.freeze_encoder: true "
+            "(only a frozen encoder's states stay the same between epochs)"
+        )
 
 
 def balanced_class_weights(datamodule, power: float = 1.0) -> torch.Tensor:
@@ -166,18 +182,34 @@ class DocClassifierModule(pl.LightningModule):
         cache_encoder_states: bool = False,
     ) -> None:
         super().__init__()
-        if lr <= 0:
-            raise ConfigError(f"model.lr must be positive, got {lr}")
-        if not 0 <= warmup_fraction < 1:
-            raise ConfigError(f"model.warmup_fraction must be in [0, 1), got {warmup_fraction}")
-        if not 0 <= label_smoothing < 1:
-            raise ConfigError(f"model.label_smoothing must be in [0, 1), got {label_smoothing}")
-        if cache_encoder_states and not (encoder and freeze_encoder):
-            raise ConfigError(
-                "model.cache_encoder_states needs model.encoder and model.freeze_encoder: true "
-                "(only a frozen encoder's states stay the same between epochs)"
-            )
+        frozen_encoder = bool(encoder and freeze_encoder)
+        _check_training_settings(
+            lr, warmup_fraction, label_smoothing, cache_encoder_states, frozen_encoder
+        )
         self.save_hyperparameters()
+        self._build_model(encoder, freeze_encoder)
+        self.metrics = torch.nn.ModuleDict(
+            {
+                f"{stage}_{name}": metric(num_classes=num_classes, average=average)
+                for stage in ("val", "test")
+                for name, metric, average in (
+                    ("acc", MulticlassAccuracy, "micro"),
+                    # Over the classes in labels or predictions, as metrics.json's macro-F1
+                    # (docclass.metrics; tests/test_metrics.py holds the two together).
+                    ("f1", MulticlassF1Score, "macro"),
+                )
+            }
+        )
+        self.encoder_cache = EncoderStateCache() if cache_encoder_states else None
+        # Per-class loss weights, computed from the training split in setup(); not saved (a
+        # resumed run computes the same ones from the same split).
+        self.register_buffer("loss_weights", None, persistent=False)
+        # Filled from the DataModule in setup(), written into every checkpoint.
+        self.tokenizer_json: str | None = None
+        self.label_names: list[str] = []
+        self.max_tokens: int | None = None
+
+    def _build_model(self, encoder: str | None, freeze_encoder: bool) -> None:
         # The model's own settings are the subset of these arguments that ModelConfig names.
         settings = {
             f.name: self.hparams[f.name] for f in fields(ModelConfig) if f.name in self.hparams
@@ -191,24 +223,6 @@ class DocClassifierModule(pl.LightningModule):
         self.model = DocumentClassifier(self.config)
         if folder is not None:
             self._load_encoder(folder, freeze_encoder)
-        self.metrics = torch.nn.ModuleDict(
-            {
-                f"{stage}_{name}": metric(num_classes=num_classes, average=average)
-                for stage in ("val", "test")
-                for name, metric, average in (
-                    ("acc", MulticlassAccuracy, "micro"),
-                    ("f1", MulticlassF1Score, "macro"),
-                )
-            }
-        )
-        self.encoder_cache = EncoderStateCache() if cache_encoder_states else None
-        # Per-class loss weights, computed from the training split in setup(); not saved (a
-        # resumed run computes the same ones from the same split).
-        self.register_buffer("loss_weights", None, persistent=False)
-        # Filled from the DataModule in setup(), written into every checkpoint.
-        self.tokenizer_json: str | None = None
-        self.label_names: list[str] = []
-        self.max_tokens: int | None = None
 
     def _load_encoder(self, folder, freeze: bool) -> None:
         weights = encoder_state_dict(folder, self.config.n_layers)
@@ -241,6 +255,13 @@ class DocClassifierModule(pl.LightningModule):
             self.max_tokens = datamodule.max_tokens
         if stage == "fit":
             self.loss_weights = class_weighting(self.hparams.class_weights, datamodule)
+            if self.encoder_cache is not None and getattr(datamodule, "stream", None):
+                # Streamed rows carry no stable row number (every one is -1), so they would all
+                # share one cache slot and train on one document's states.
+                raise ConfigError(
+                    "model.cache_encoder_states needs a training set read whole: a streamed one "
+                    "has no row numbers to cache by; set it to false, or turn data.stream off"
+                )
 
     def _shared_step(
         self,

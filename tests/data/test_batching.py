@@ -1,8 +1,13 @@
 """The one batcher: every index once, shortest first, within the size, budget and length limits."""
 
+import math
+
 import pytest
+import torch
+from torch.utils.data import DistributedSampler
 
 from docclass.data.batching import collate, length_batches, pad_token_ids
+from docclass.data.samplers import BucketBatchSampler, EpochShuffleSampler
 from docclass.data.tokenizer import PAD_ID
 
 
@@ -46,3 +51,56 @@ def test_masks_come_from_lengths_never_from_token_ids():
     assert batch["attention_mask"].tolist() == [[True, True, True], [True, False, False]]
     _, mask = pad_token_ids([[PAD_ID, PAD_ID], [3]], pad_to_multiple=4)
     assert mask.tolist() == [[True, True, False, False], [True, False, False, False]]
+
+
+@pytest.mark.parametrize(
+    "replicas, shuffle", [(1, True), (2, False), (2, True)], ids=["one", "ddp", "ddp-shuffled"]
+)
+def test_every_epoch_yields_the_length_lightning_read_and_every_document(replicas, shuffle):
+    """Lightning reads ``len`` once per fit and stops there: every epoch of every rank must
+    yield exactly that many batches, and among them every document of the epoch."""
+    # Roughly BBC under MiniLM: a log-normal around 480 tokens, three windows of 800.
+    generator = torch.Generator().manual_seed(0)
+    size = 1700
+    lengths = (torch.randn(size, generator=generator) * 0.6 + math.log(480)).exp()
+    lengths = lengths.clamp(20, 2048).long().tolist()
+    ranks = []
+    for rank in range(replicas):
+        if replicas == 1:
+            inner = EpochShuffleSampler(size, seed=0)
+        else:
+            inner = DistributedSampler(range(size), replicas, rank, shuffle=shuffle, seed=0)
+        ranks.append(BucketBatchSampler(inner, 16, False, lengths, max_batch_tokens=8192))
+    length = len(ranks[0])
+    assert {len(sampler) for sampler in ranks} == {length}  # ranks step together
+    counts = set()
+    for epoch in range(12):
+        seen = set()
+        for sampler in ranks:
+            sampler.sampler.set_epoch(epoch)
+            counts.add(len(sampler._batches(list(sampler.sampler))))  # before any splitting
+            batches = list(sampler)
+            assert len(batches) == length
+            for batch in batches:
+                assert len(batch) <= 16 and len(batch) * max(lengths[i] for i in batch) <= 8192
+            seen |= {i for batch in batches for i in batch}
+        assert seen == set(range(size))
+    if shuffle:
+        assert len(counts) > 1  # the shuffle does change the count these lengths are cut into
+
+
+def test_no_batch_is_split_when_the_count_cannot_change():
+    """One window's count depends on its lengths alone, not their order: the length is the
+    count, and each epoch yields the batches the budget cut, none split to pad it."""
+    lengths = torch.randint(20, 2048, (300,), generator=torch.Generator().manual_seed(1)).tolist()
+    sampler = BucketBatchSampler(
+        EpochShuffleSampler(300), 16, False, lengths, max_batch_tokens=8192
+    )
+    for epoch in range(3):
+        sampler.sampler.set_epoch(epoch)
+        assert list(sampler) == sampler._batches(list(sampler.sampler))
+    # Equal lengths under a shuffled DistributedSampler: every share cuts the same way.
+    for rank in (0, 1):
+        shuffled = DistributedSampler(range(301), 2, rank, shuffle=True)
+        sampler = BucketBatchSampler(shuffled, 16, False, [64] * 301, max_batch_tokens=512)
+        assert len(sampler) == -(-151 // 8)  # 8 of 64 tokens fill the budget

@@ -5,12 +5,13 @@ import pytest
 import torch
 from helpers import AG_NEWS_CLASSES, topical_rows, write_ag_news_like
 
-from docclass.data.batching import BucketBatchSampler, collate
+from docclass.data.batching import collate
 from docclass.data.cleaning import deduplicate, whitespace_key
-from docclass.data.datamodule import DocDataModule
+from docclass.data.samplers import BucketBatchSampler
 from docclass.data.sources import SourceSpec, decode_text, load_source
 from docclass.data.tokenizer import TokenizerSpec
 from docclass.errors import DataError
+from docclass.train.datamodule import DocDataModule
 
 SMALL_TOKENIZER = TokenizerSpec(vocab_size=3000)
 BBC_CLASSES = ["business", "entertainment", "politics", "sports", "tech"]
@@ -373,7 +374,7 @@ def test_epoch_shuffle_sampler_replays_random_sampler_from_any_epoch():
     """A resumed run must see the orders an uninterrupted one sees, epoch for epoch."""
     from torch.utils.data import RandomSampler
 
-    from docclass.data.batching import EpochShuffleSampler
+    from docclass.data.samplers import EpochShuffleSampler
 
     uninterrupted = RandomSampler(range(37), generator=torch.Generator().manual_seed(5))
     orders = [list(uninterrupted) for _ in range(4)]

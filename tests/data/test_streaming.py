@@ -14,7 +14,6 @@ from torch.utils.data import DataLoader
 
 from docclass.data.batching import collate, padding_efficiency
 from docclass.data.cleaning import encode_labels
-from docclass.data.datamodule import DocDataModule
 from docclass.data.streaming import (
     StreamedBatches,
     checked_rows,
@@ -23,6 +22,7 @@ from docclass.data.streaming import (
 from docclass.data.synthetic import planted_keyword_corpus
 from docclass.data.tokenizer import TokenizerSpec, token_ids
 from docclass.errors import DataError
+from docclass.train.datamodule import DocDataModule
 
 
 @pytest.fixture(scope="module")

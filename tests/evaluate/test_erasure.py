@@ -124,9 +124,9 @@ def test_batched_curves_equal_one_forward_per_perturbed_copy(window, removal):
 
 @pytest.mark.parametrize("removal", ["mask", "delete"])
 def test_planted_keyword_rankings_beat_random_by_a_wide_margin(planted, removal):
+    from docclass.artifacts.load import load_classifier
     from docclass.evaluate.erasure import faithfulness_table
     from docclass.interpret.explain import explain_documents
-    from docclass.train.checkpoint import load_classifier
 
     _, workdir = planted
     classifier = load_classifier(workdir / "blocks-0" / "checkpoints" / "last.ckpt")
@@ -229,4 +229,25 @@ def test_faithfulness_command_writes_table_plot_checks_and_updates_the_report(
     main(["report", "--ckpt", ckpt, "--data", str(CONFIGS / "tiny.yaml"), "--out", str(out),
           "--limit", "4"])  # fmt: skip
     assert not (out / "faithfulness.json").exists()
+    assert "sanity-table" not in (out / "index.html").read_text(encoding="utf-8")
+
+
+def test_faithfulness_of_other_weights_leaves_the_report_in_the_folder_alone(fitted, tmp_path):
+    """A report names the weights it explains: figures of another checkpoint written into its
+    folder must not appear on its pages as if they were its model's."""
+    import torch
+
+    from docclass.cli import main
+
+    out = tmp_path / "report"
+    ckpt = fitted / "checkpoints" / "last.ckpt"
+    checkpoint = torch.load(ckpt, weights_only=True)
+    checkpoint["state_dict"]["model.head.weight"] += 0.5
+    other = tmp_path / "other.ckpt"
+    torch.save(checkpoint, other)
+    data = str(CONFIGS / "tiny.yaml")
+    main(["report", "--ckpt", str(ckpt), "--data", data, "--out", str(out), "--limit", "3"])
+    main(["faithfulness", "--ckpt", str(other), "--data", data, "--out", str(out), "--limit", "3",
+          "--sample", "0", "--removals", "[mask]", "--permutations", "2"])  # fmt: skip
+    assert (out / "faithfulness.json").is_file()
     assert "sanity-table" not in (out / "index.html").read_text(encoding="utf-8")

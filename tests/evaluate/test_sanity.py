@@ -9,13 +9,13 @@ import torch
 from helpers import DOCUMENTS, tiny_classifier
 
 from benchmarks.planted_keyword import planted_keyword_hits
+from docclass.artifacts.load import TrainedClassifier, load_classifier
 from docclass.data.synthetic import planted_keyword_corpus
 from docclass.evaluate import sanity as trust
 from docclass.interpret import integrated_gradients as ig
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.inputs import document_inputs
 from docclass.nn.model import DocumentClassifier, ModelConfig
-from docclass.train.checkpoint import TrainedClassifier, load_classifier
 
 
 @pytest.fixture(scope="module")

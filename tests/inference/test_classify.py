@@ -1,14 +1,17 @@
 """Bulk classification: every input kind, every bad input, one row per document, in order."""
 
+import copy
 import csv
 import io
 import json
 from pathlib import Path
 from typing import get_args
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 import docclass
 from docclass.cli import main
@@ -16,6 +19,7 @@ from docclass.errors import CheckpointError, ConfigError
 from docclass.inference.classifier import WordScoreMethod
 from docclass.inference.classify import read_inputs
 from docclass.interpret.default_method import default_method
+from docclass.interpret.inputs import encode_documents
 from docclass.interpret.records import RECORD_METHODS
 
 LONG = "The striker scored twice in the second half and the crowd roared. " * 40
@@ -188,10 +192,47 @@ def test_api_calls_offer_every_method_a_record_holds():
     assert get_args(WordScoreMethod) == RECORD_METHODS
 
 
+def reference_word_scores(clf, text: str, method: str) -> np.ndarray:
+    """Rollout and gradient × input per word, computed without the scoring pass: rollout as
+    explicit matrix products, gradient × input by central finite differences, in float64."""
+    document = encode_documents(clf.trained.tokenizer, [text], clf.trained.max_tokens)[0]
+    ids = torch.tensor([document.token_ids])
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    model = copy.deepcopy(clf.trained.model).double().eval()
+    # Without an embedding LayerNorm (whose scale the method holds constant) the method is the
+    # plain gradient, which finite differences of the logits measure.
+    assert isinstance(model.embedding_norm, torch.nn.Identity)
+    with torch.no_grad():
+        out = model(ids, mask, need_layer_weights=True)
+        if method == "rollout":
+            # pool attention · Â_L ··· Â_1, with Â = ½·(attention averaged over heads) + ½·I.
+            flow = out.pool_weights[0].mean(dim=0)  # (T,)
+            identity = torch.eye(len(flow), dtype=flow.dtype)
+            for weights in reversed(out.layer_weights):
+                flow = flow @ (0.5 * weights[0].mean(dim=0) + 0.5 * identity)
+            tokens = flow.numpy()
+        else:
+            # ∂logit/∂(word vector t) · (word vector t) = d/dε logit(word vector t × (1 + ε)).
+            predicted = int(out.logits.argmax())
+            words = model.token_vectors(ids)
+
+            def logit(token: int, scale: float) -> float:
+                vectors = words.clone()
+                vectors[0, token] *= scale
+                return float(model(ids, mask, token_vectors=vectors).logits[0, predicted])
+
+            step = 1e-5
+            tokens = np.array(
+                [(logit(t, 1 + step) - logit(t, 1 - step)) / (2 * step) for t in range(len(ids[0]))]
+            )
+    return np.bincount(document.token_words, weights=tokens)
+
+
 @pytest.mark.parametrize("method", RECORD_METHODS)
 def test_word_scores_match_the_reports_record(ckpt, method):
     """Two code paths (predict's per-word sums, explain's) must give the same words and scores,
-    for every method an API call may ask for."""
+    for every method an API call may ask for; rollout and gradient × input, which both paths
+    take from the same scoring pass, must also match a computation of their own."""
     clf = docclass.DocClassifier.load(ckpt, device="cpu")
     texts = ["Shares rose after profits beat forecasts; the bank's chief said so.", LONG]
     results = clf.predict(texts, word_scores=True, top_words=3, method=method)
@@ -202,6 +243,9 @@ def test_word_scores_match_the_reports_record(ckpt, method):
         assert result["words"] == record["words"][:read]
         assert [text[s:e] for s, e in result["spans"]] == result["words"]
         assert result["scores"] == pytest.approx(record["scores"][method][:read], abs=1e-5)
+        if method in ("rollout", "grad_input"):
+            expected = reference_word_scores(clf, text, method)
+            assert result["scores"] == pytest.approx(expected.tolist(), rel=1e-4, abs=1e-5)
         best = max(range(len(result["scores"])), key=result["scores"].__getitem__)
         assert result["top_words"][0]["word"] == result["words"][best]
     assert results[1]["truncated"] and len(results[1]["words"]) < len(LONG.split())
@@ -228,7 +272,7 @@ def test_word_scores_default_to_the_method_the_models_report_trusts(ckpt, tmp_pa
 def test_bad_checkpoints_are_one_line(capsys, tmp_path, ckpt):
     broken = tmp_path / "broken.ckpt"
     broken.write_bytes(ckpt.read_bytes()[:1000])
-    for path, message in ((tmp_path / "none.ckpt", "checkpoint not found"),
+    for path, message in ((tmp_path / "none.ckpt", "no such file or folder"),
                           (broken, "not a loadable checkpoint")):  # fmt: skip
         with pytest.raises(SystemExit) as exit_info:
             main(["classify", "--ckpt", str(path), "-"])

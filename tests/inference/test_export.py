@@ -9,18 +9,20 @@ import json
 import shutil
 import struct
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 import yaml
 
-import docclass.data.artifact as artifact_module
 import docclass.inference.export as export_module
 from docclass import DocClassifier
+from docclass.artifacts.folder import MODEL_FOLDER_FILES
+from docclass.artifacts.hashing import MANIFEST, write_manifest
+from docclass.artifacts.load import load_classifier
 from docclass.cli import main
-from docclass.data.artifact import MODEL_FOLDER_FILES
+from docclass.errors import CheckpointError
 from docclass.inference.export import export_model
 from docclass.report.model_card import _faithfulness_section
-from docclass.train.checkpoint import load_classifier
 
 TEXTS = [
     "Shares in the bank rose after it reported record quarterly profits.",
@@ -44,7 +46,10 @@ def exported(ckpt, tmp_path_factory):
 
 
 def test_folder_holds_the_hub_layout_without_pickle(exported, fitted):
-    assert sorted(p.name for p in exported.iterdir()) == sorted([*MODEL_FOLDER_FILES, "README.md"])
+    names = sorted([*MODEL_FOLDER_FILES, "README.md", MANIFEST])
+    assert sorted(p.name for p in exported.iterdir()) == names
+    listed = json.loads((exported / MANIFEST).read_text())["sha256"]
+    assert sorted(listed) == sorted(set(names) - {MANIFEST})
     config = json.loads((exported / "config.json").read_text())
     metrics = json.loads((fitted / "metrics.json").read_text())
     assert config["model_type"] == "docclass" and config["num_labels"] == 5
@@ -118,25 +123,112 @@ def test_card_escapes_label_names(ckpt, tmp_path):
     assert DocClassifier.load(tmp_path, device="cpu").labels[0] == "<script>x</script>"
 
 
+def test_the_runs_figures_name_the_weights_they_were_measured_on(fitted, ckpt):
+    fingerprint = load_classifier(ckpt).fingerprint
+    metrics = json.loads((fitted / "metrics.json").read_text())
+    report = json.loads((fitted / "report" / "report.json").read_text())
+    assert metrics["test"]["weights"] == report["weights"] == fingerprint
+
+
+@pytest.fixture
+def other_weights(fitted, tmp_path):
+    """A copy of the run with one more checkpoint, whose weights nothing in the run measured
+    (as a best.ckpt from an earlier epoch than the one tested)."""
+    import torch
+
+    run = tmp_path / "run"
+    shutil.copytree(fitted, run)
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    checkpoint["state_dict"]["model.head.weight"] += 0.5
+    torch.save(checkpoint, run / "checkpoints" / "other.ckpt")
+    return run / "checkpoints" / "other.ckpt"
+
+
+def test_an_export_carries_only_the_figures_of_its_own_weights(other_weights, tmp_path):
+    out = tmp_path / "other-model"
+    main(["export", "--ckpt", str(other_weights), "--out", str(out)])
+    config = json.loads((out / "config.json").read_text())
+    assert "test" not in config and "other weights" in config["unmeasured"]
+    assert config["faithfulness"] == {}
+    assert config["default_method"]["method"] == "contribution"  # the unmeasured default
+    assert "other weights" in config["default_method"]["reason"]
+    card = (out / "README.md").read_text()
+    assert "Not measured on these weights" in card and "accuracy **" not in card
+    same_run = DocClassifier.load(other_weights, device="cpu")
+    assert same_run.default_method == "contribution" and "other weights" in same_run.default_reason
+
+
+def test_the_api_and_the_page_choose_from_one_table(fitted, ckpt, tmp_path):
+    from docclass.interpret.default_method import default_method
+
+    report = json.loads((fitted / "report" / "report.json").read_text())
+    table = report["faithfulness"]
+    page_choice = default_method(table["methods"], table["documents"])
+    # A wider measurement beside the report informs the card but does not move the choice:
+    # make it disagree with the report's table, loudly.
+    run = tmp_path / "run"
+    shutil.copytree(fitted, run)
+    other = "rollout" if page_choice.method != "rollout" else "attention"
+    reversed_table = {
+        name: {**row, "comprehensiveness": 0.9 if name == other else 0.0, "sufficiency": 0.0}
+        for name, row in table["methods"].items()
+    }
+    reversed_table["random"]["sufficiency"] = 0.5
+    (run / "report" / "faithfulness.json").write_text(
+        json.dumps(
+            {
+                "weights": report["weights"],
+                "documents": 999,
+                "removal": {"mask": {"aopc": reversed_table}},
+            }
+        )
+    )
+    assert default_method(reversed_table, 999).method != page_choice.method
+    loaded = DocClassifier.load(run / "checkpoints" / "last.ckpt", device="cpu")
+    assert (loaded.default_method, loaded.default_reason) == (
+        page_choice.method,
+        page_choice.reason,
+    )
+
+
 def _copy(exported: Path, tmp_path: Path) -> Path:
     folder = tmp_path / "copy"
     shutil.copytree(exported, folder)
     return folder
 
 
-def _edit_config(folder: Path, change) -> None:
+def _reseal(folder: Path) -> None:
+    """Rewrite the manifest over the folder's files as they are now: what a hostile or
+    careless editor who knows the format does, so the checks behind the manifest are tested."""
+    write_manifest(folder, list(json.loads((folder / MANIFEST).read_text())["sha256"]))
+
+
+def _edit_config(folder: Path, change, reseal: bool = True) -> None:
     config = json.loads((folder / "config.json").read_text())
     change(config)
     (folder / "config.json").write_text(json.dumps(config))
+    if reseal:
+        _reseal(folder)
 
 
 def _swap_label_ids(config):
     config["label2id"] = {**config["label2id"], "business": 1, "entertainment": 0}
 
 
+def _swap_labels_together(config):
+    """business ↔ entertainment in both maps: they agree, and every such prediction is wrong."""
+    names = config["id2label"]
+    names["0"], names["1"] = names["1"], names["0"]
+    config["label2id"] = {name: int(i) for i, name in names.items()}
+
+
 def _widen_model(config):
     config["model_config"]["d_model"] = 64
-    config.pop("weights_sha256")
+
+
+def _giant_model(config):
+    # Terabytes if allocated as written: must be refused from the file's header alone.
+    config["model_config"].update(d_model=1 << 20, n_layers=64, vocab_size=1 << 24)
 
 
 def _damage_weights(folder: Path) -> None:
@@ -146,15 +238,22 @@ def _damage_weights(folder: Path) -> None:
 
 
 def _damage_header(folder: Path) -> None:
-    _edit_config(folder, lambda config: config.pop("weights_sha256"))
     (folder / "model.safetensors").write_bytes(b"\xff" * 8 + b"{not json")
+    _reseal(folder)
 
 
 BROKEN = [
-    ("weights changed", _damage_weights, "model.safetensors: its SHA-256 is not"),
+    ("weights changed", _damage_weights, "model.safetensors: its SHA-256"),
+    (
+        "labels swapped together, manifest untouched",
+        lambda f: _edit_config(f, _swap_labels_together, reseal=False),
+        "config.json: its SHA-256",
+    ),
+    ("no manifest", lambda f: (f / MANIFEST).unlink(), "manifest.json: missing"),
     ("header damaged", _damage_header, "model.safetensors: not a readable safetensors file"),
     ("labels disagree", lambda f: _edit_config(f, _swap_label_ids), "config.json: id2label and"),
-    ("config mismatch", lambda f: _edit_config(f, _widen_model), "tensors do not fit config"),
+    ("config mismatch", lambda f: _edit_config(f, _widen_model), "weights do not fit"),
+    ("giant config", lambda f: _edit_config(f, _giant_model), "weights do not fit"),
     ("not docclass", lambda f: _edit_config(f, lambda c: c.update(model_type="bert")), "is not"),
     ("no tokenizer", lambda f: (f / "tokenizer.json").unlink(), "lacks tokenizer.json"),
     (
@@ -166,9 +265,10 @@ BROKEN = [
 
 
 @pytest.mark.fault(
-    "model folder: weights replaced or damaged, unreadable safetensors header, label maps that "
-    "disagree, config that does not fit the tensors, not a docclass folder, missing file, "
-    "unknown default word-score method",
+    "model folder: weights replaced or damaged, config.json edited (labels swapped together), "
+    "no manifest, unreadable safetensors header, label maps that disagree, config that does "
+    "not fit the tensors (a giant one too), not a docclass folder, missing file, unknown "
+    "default word-score method",
     "one line naming the file (`docclass: error: …`), exit status 2; nothing predicted",
 )
 @pytest.mark.parametrize(("damage", "message"), [b[1:] for b in BROKEN], ids=[b[0] for b in BROKEN])
@@ -190,6 +290,7 @@ def test_a_folder_that_does_not_add_up_is_one_line(exported, tmp_path, capsys, d
 def test_a_folder_tokenizer_that_is_not_text_is_one_line(exported, tmp_path, capsys):
     folder = _copy(exported, tmp_path)
     (folder / "tokenizer.json").write_bytes(b"\xff\xfe{not text")
+    _reseal(folder)
     with pytest.raises(SystemExit):
         main(["serve", "--ckpt", str(folder), "--port", "8129"])
     error = capsys.readouterr().err.strip()
@@ -260,21 +361,61 @@ class LocalHub:
         return str(self.root / repo_id)
 
 
-def test_push_then_load_by_hub_id(exported, tmp_path, monkeypatch, ckpt):
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def test_push_then_load_by_pinned_hub_id(exported, tmp_path, monkeypatch, ckpt):
     hub = LocalHub(tmp_path / "hub")
     monkeypatch.setattr(export_module, "hub_api", lambda: hub)
     monkeypatch.setattr("huggingface_hub.snapshot_download", hub.snapshot_download)
     main(["push", "--folder", str(exported), "--repo_id", "someone/bbc-docclass"])
     assert hub.calls[0] == ("create_repo", "someone/bbc-docclass", True, True)
     assert sorted(p.name for p in (hub.root / "someone/bbc-docclass").iterdir()) == sorted(
-        [*MODEL_FOLDER_FILES, "README.md"]
+        [*MODEL_FOLDER_FILES, "README.md", MANIFEST]
     )
-    loaded = DocClassifier.load("someone/bbc-docclass@abc123", device="cpu")
-    assert hub.calls[-1][:3] == ("snapshot_download", "someone/bbc-docclass", "abc123")
+    loaded = DocClassifier.load(f"hub:someone/bbc-docclass@{COMMIT}", device="cpu")
+    assert hub.calls[-1][:3] == ("snapshot_download", "someone/bbc-docclass", COMMIT)
     expected = DocClassifier.load(ckpt, device="cpu").predict(TEXTS)
     assert [r["probs"] for r in loaded.predict(TEXTS)] == [r["probs"] for r in expected]
-    with pytest.raises(artifact_module.CheckpointError, match="hub download failed"):
-        DocClassifier.load("someone/missing", device="cpu")
+    with pytest.raises(CheckpointError, match="hub download failed"):
+        DocClassifier.load(f"hub:someone/missing@{COMMIT}", device="cpu")
+
+
+@pytest.mark.fault(
+    "a model path that does not exist but looks like a hub id (owner/name), or a hub id "
+    "not pinned to a commit",
+    "one line naming it and the fix; nothing is downloaded",
+)
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("reports/run", "reports/run: no such file or folder.*hub:reports/run@<commit>"),
+        ("someone/bbc-docclass@abc123", "no such file or folder"),
+        ("hub:someone/bbc-docclass", "not pinned to a commit"),
+        ("hub:someone/bbc-docclass@main", "not pinned to a commit"),
+        ("hub:not an id", "not a hub id"),
+    ],
+)
+def test_nothing_is_downloaded_unless_written_as_a_pinned_hub_id(
+    tmp_path, monkeypatch, spec, message
+):
+    def must_not_download(*args, **kwargs):
+        raise AssertionError(f"{spec} was looked up on the hub")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DOCCLASS_ALLOW_UNPINNED_HUB", raising=False)
+    monkeypatch.setattr("huggingface_hub.snapshot_download", must_not_download)
+    with pytest.raises(CheckpointError, match=message):
+        DocClassifier.load(spec, device="cpu")
+
+
+def test_an_unpinned_hub_id_is_taken_when_asked_out_loud(exported, tmp_path, monkeypatch):
+    hub = LocalHub(tmp_path / "hub")
+    shutil.copytree(exported, hub.root / "someone/bbc-docclass")
+    monkeypatch.setattr("huggingface_hub.snapshot_download", hub.snapshot_download)
+    monkeypatch.setenv("DOCCLASS_ALLOW_UNPINNED_HUB", "1")
+    DocClassifier.load("hub:someone/bbc-docclass", device="cpu")
+    assert hub.calls == [("snapshot_download", "someone/bbc-docclass", None, ANY)]
 
 
 @pytest.mark.fault(
@@ -288,5 +429,6 @@ def test_push_refuses_an_incomplete_folder(exported, tmp_path, monkeypatch, caps
     (folder / "README.md").unlink()
     with pytest.raises(SystemExit):
         main(["push", "--folder", str(folder), "--repo_id", "someone/x"])
-    assert "has no README.md model card" in capsys.readouterr().err
+    # The manifest lists the card, so the folder is refused before the card check is reached.
+    assert "lists 'README.md', which the folder lacks" in capsys.readouterr().err
     assert hub.calls == []

@@ -9,11 +9,11 @@ import torch
 from helpers import DOCUMENTS, HARD_TEXTS, LABELS, tiny_classifier
 from torch.testing import assert_close
 
+from docclass.artifacts.load import TrainedClassifier
 from docclass.data.tokenizer import align_words, encode_batch
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.records import compact, method_names, read_jsonl, write_jsonl
 from docclass.nn.attention import banded_to_dense
-from docclass.train.checkpoint import TrainedClassifier
 
 SUMS_TO_ONE = ["attention", "rollout", "attention_head0", "attention_head1"]
 

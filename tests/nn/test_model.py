@@ -229,12 +229,27 @@ def test_compile_option_compiles_in_place_and_keeps_checkpoint_keys():
 
 
 @pytest.mark.parametrize("layout", [{}, POST_LN], ids=["pre-LN", "post-LN"])
-def test_batch_without_padding_takes_the_unmasked_kernel_with_the_same_result(layout):
-    model = DocumentClassifier(tiny_config(**layout)).eval()
+def test_batch_without_padding_takes_the_unmasked_kernel_with_the_same_result(layout, monkeypatch):
+    masks = []  # the attn_mask of every fused attention call, in order
+    fused = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        masks.append(kwargs.get("attn_mask"))
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    config = tiny_config(**layout)
+    model = DocumentClassifier(config).eval()
     ids = torch.randint(1, 50, (3, 9))
     full = torch.ones(3, 9, dtype=torch.bool)
-    # The explicit path always masks; the fused one runs without a mask on a full batch.
-    assert_close(
-        model(ids, full).logits, model(ids, full, need_layer_weights=True).logits,
-        atol=1e-5, rtol=1e-5,
-    )  # fmt: skip
+    fast = model(ids, full).logits
+    assert masks == [None] * config.n_layers  # every block took the kernel without a mask
+    masks.clear()
+    padded = full.clone()
+    padded[0, 7:] = False
+    model(ids, padded)
+    assert len(masks) == config.n_layers and all(mask is not None for mask in masks)
+    masks.clear()
+    # The explicit path always masks (and never calls the kernel): the same logits.
+    assert_close(fast, model(ids, full, need_layer_weights=True).logits, atol=1e-5, rtol=1e-5)
+    assert masks == []

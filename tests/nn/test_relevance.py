@@ -144,7 +144,7 @@ def lxt_rules(monkeypatch):
 
 @pytest.fixture(scope="module")
 def minilm():
-    from docclass.data.pretrained import (
+    from docclass.artifacts.encoders import (
         encoder_model_settings,
         encoder_state_dict,
         encoder_tokenizer,

@@ -11,10 +11,11 @@ from helpers import CONFIGS, DOCUMENTS, LABELS, parsed_page, tiny_classifier
 from docclass.cli import main
 from docclass.evaluate.agreement import add_agreement
 from docclass.evaluate.counterfactual import add_counterfactuals
-from docclass.evaluate.erasure import aggregate_faithfulness, beats_random
+from docclass.evaluate.erasure import beats_random
 from docclass.inference.classifier import DocClassifier
 from docclass.inference.reporting import (
     Documents,
+    faithfulness_positions,
     faithfulness_sample,
     make_report,
     measure_faithfulness,
@@ -110,15 +111,51 @@ def test_index_lists_every_document_errors_first(report):
 
 
 def test_index_faithfulness_table_is_the_mean_over_documents(report):
+    """The table (report.json's, and the page's cells) recomputed by hand from the records' own
+    per-document figures."""
     out, records = report
-    table = aggregate_faithfulness([r["faithfulness"]["methods"] for r in records])
+    measured = [r["faithfulness"]["methods"] for r in records]
+    table = json.loads((out / REPORT_META).read_text(encoding="utf-8"))["faithfulness"]
     html = (out / "index.html").read_text(encoding="utf-8")
     section = html[html.index('id="faithfulness-table"') :]
     section = section[: section.index("</table>")]
+    rows = {
+        cells[0]: cells[1:]
+        for cells in (
+            re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in section.split("<tr>")[2:]
+        )
+    }
     assert "dropping their tokens from the attention mask" in html
-    for name, row in table.items():
-        cells = f'<td>{method_label(name)}</td><td class="num">{row["comprehensiveness"]:.3f}'
-        assert cells in section, name
+    assert table["documents"] == len(measured) == len(records)
+    assert len(rows) == len(table["methods"]) == len(measured[0]) > 1
+
+    def mean(name, key):
+        return sum(document[name][key] for document in measured) / len(measured)
+
+    for name in measured[0]:
+        row = table["methods"][name]
+        for key in ("comprehensiveness", "sufficiency"):
+            assert row[key] == pytest.approx(mean(name, key), rel=1e-9, abs=1e-12), (name, key)
+        fractions = len(measured[0][name]["curve"])
+        curve = [
+            sum(d[name]["curve"][k] for d in measured) / len(measured) for k in range(fractions)
+        ]
+        assert row["curve"] == pytest.approx(curve, abs=1e-5)  # stored rounded to 5 places
+        comprehensiveness, ratio, sufficiency, beats = rows[method_label(name)]
+        assert comprehensiveness == f"{row['comprehensiveness']:.3f}"
+        assert sufficiency == f"{row['sufficiency']:.3f}"
+        if name == "random":
+            assert (ratio, beats) == ("", "—")
+            continue
+        # Beats random on a document: clears the floor by twice the seeds' spread (at least 0.01).
+        wins = sum(
+            d[name]["comprehensiveness"]
+            > d["random"]["comprehensiveness"]
+            + max(2 * d["random"].get("comprehensiveness_std", 0.0), 0.01)
+            for d in measured
+        )
+        assert row["beats_random"] == pytest.approx(wins / len(measured))
+        assert beats == f"{100 * wins / len(measured):.0f} %"
     assert 'alt="probability drop as the top words are removed, per method"' in html
 
 
@@ -420,6 +457,18 @@ def test_the_faithfulness_sample_keeps_the_splits_share_of_errors_and_its_classe
     # More errors wanted than correct documents can fill: the rest are errors.
     assert sum(i < 40 for i in faithfulness_sample(records[:45], 20, error_share=0.0)) == 15
     assert faithfulness_sample(records, 100) == list(range(100))
+
+
+def test_a_capped_report_measured_whole_still_keeps_the_splits_share_of_errors():
+    # The same capped report with no faithfulness sample asked for: measuring all 100 records
+    # would make 40 % of the table errors. The most records that keep 5 %: 60 correct, 3 errors.
+    records = [{"label": "a", "predicted": "b"}] * 40 + [
+        {"label": "abc"[i % 3], "predicted": "abc"[i % 3]} for i in range(60)
+    ]
+    chosen = faithfulness_positions(records, None, error_share=0.05)
+    assert len(chosen) == 63 and sum(i < 40 for i in chosen) == 3
+    assert faithfulness_positions(records, None, None) == list(range(100))  # uncapped: all
+    assert faithfulness_positions(records, 20, 0.05) == faithfulness_sample(records, 20, 0.05)
 
 
 def test_faithfulness_on_a_class_stratified_sample_says_so(tmp_path):

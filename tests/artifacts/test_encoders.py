@@ -7,13 +7,14 @@ replaced by a stand-in that returns the same files, and the test checks what it 
 """
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
 from torch.testing import assert_close
 
-from docclass.data import pretrained
-from docclass.data.pretrained import (
+from docclass.artifacts import encoders as pretrained
+from docclass.artifacts.encoders import (
     KNOWN_ENCODERS,
     encoder_model_settings,
     encoder_state_dict,
@@ -103,6 +104,26 @@ def test_known_encoder_with_altered_weights_is_refused(folder, tmp_path, monkeyp
     monkeypatch.setattr(pretrained, "_offline_copy", lambda known: copy)
     with pytest.raises(CheckpointError, match="sha256 .* is not the pinned 53aa51172d14"):
         locate_encoder("minilm")
+
+
+@pytest.mark.fault(
+    "a local folder named as a known encoder, one bit of one of its files altered",
+    "refused like a download: one line naming the file and the pinned hash",
+)
+@pytest.mark.parametrize("name", ["minilm", "sentence-transformers/all-MiniLM-L6-v2"])
+@pytest.mark.parametrize("file", ["model.safetensors", "tokenizer.json", "config.json"])
+def test_a_local_copy_of_a_known_encoder_is_held_to_its_hashes(
+    folder, tmp_path, monkeypatch, name, file
+):
+    monkeypatch.chdir(tmp_path)
+    copy = tmp_path / name
+    shutil.copytree(folder, copy)
+    assert locate_encoder(name) == Path(name)  # the intact copy is the user's folder, taken
+    data = bytearray((copy / file).read_bytes())
+    data[len(data) // 2] ^= 1
+    (copy / file).write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=f"{file}: sha256 .* is not the pinned"):
+        locate_encoder(name)
 
 
 def test_hub_download_asks_for_the_pinned_revision_and_checks_the_hash(folder, monkeypatch):

@@ -20,8 +20,9 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, SequentialSampler
 
-from docclass.data.artifact import read_artifact
-from docclass.data.batching import BucketBatchSampler, EpochShuffleSampler, collate
+from docclass.artifacts.encoders import encoder_tokenizer, locate_encoder
+from docclass.artifacts.load import read_artifact
+from docclass.data.batching import collate
 from docclass.data.cleaning import (
     deduplicate,
     drop_empty,
@@ -29,7 +30,7 @@ from docclass.data.cleaning import (
     stratified_split,
     whitespace_key,
 )
-from docclass.data.pretrained import encoder_tokenizer, locate_encoder
+from docclass.data.samplers import BucketBatchSampler, EpochShuffleSampler
 from docclass.data.sources import SourceSpec, load_source
 from docclass.data.streaming import StreamedBatches, open_stream, stream_sample
 from docclass.data.tokenizer import (
@@ -149,11 +150,8 @@ class DocDataModule(pl.LightningDataModule):
             predict_split=predict_split,
             pad_to_multiple=pad_to_multiple,
         )
-        self.stream, self.max_batch_tokens, self.steps_per_epoch = (
-            stream,
-            max_batch_tokens,
-            steps_per_epoch,
-        )
+        self.stream, self.max_batch_tokens = stream, max_batch_tokens
+        self.steps_per_epoch = steps_per_epoch
         self.bucket_documents, self.shuffle_buffer = bucket_documents, shuffle_buffer
         self.tokenizer_documents = tokenizer_documents
         self.pad_to_multiple = pad_to_multiple
@@ -161,15 +159,18 @@ class DocDataModule(pl.LightningDataModule):
             source, hub_config, text_column, label_column, train_split, val_split, test_split
         )
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
-        self.split_seed, self.split_file = split_seed, split_file
-        self.max_docs_per_class = max_docs_per_class
+        self.split_seed, self.split_file, self.max_docs_per_class = (
+            split_seed, split_file, max_docs_per_class
+        )  # fmt: skip
         # A copy: the default instance is shared by every DataModule built without one.
         self.tokenizer_spec = dataclasses.replace(tokenizer)
-        self.tokenizer_from = tokenizer_from
-        self.encoder = encoder
-        self.max_tokens = max_tokens
+        self.tokenizer_from, self.encoder, self.max_tokens = tokenizer_from, encoder, max_tokens
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.num_workers, self.predict_split, self.seed = num_workers, predict_split, seed
+        self._start_unprepared()
+
+    def _start_unprepared(self) -> None:
+        """What :meth:`prepare` fills in, empty until it runs."""
         self.splits: dict[str, datasets.Dataset] | None = None
         self.label_names: list[str] = []
         self.tokenizer = None

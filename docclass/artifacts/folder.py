@@ -1,0 +1,212 @@
+"""Model folders: a trained classifier in the layout the Hugging Face hub hosts.
+
+A folder holds ``config.json`` (the model config, label names in ``id2label`` order, the token
+limit, and the facts the exporter adds), ``model.safetensors`` (the network's tensors: no
+pickle anywhere), ``tokenizer.json``, a ``README.md`` model card (written by
+:mod:`docclass.inference.export`) and ``manifest.json``, the SHA-256 of every other file.
+Before a prediction is made, loading checks the manifest, that the label maps agree, and that
+the tensors fit the model config (before anything is allocated); each refusal is one line
+naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from docclass.artifacts.building import build_classifier, model_config_from
+from docclass.artifacts.checkpoint import FORMAT_VERSION
+from docclass.artifacts.hashing import MANIFEST, verify_manifest, write_manifest
+from docclass.errors import CheckpointError, one_line
+from docclass.nn.model import DocumentClassifier
+
+MODEL_TYPE = "docclass"  # config.json's model_type in a model folder
+# 2: every file covered by manifest.json (format 1 hashed the weights only, and optionally).
+FOLDER_FORMAT_VERSION = 2
+MODEL_FOLDER_FILES = ("config.json", "model.safetensors", "tokenizer.json")
+CARD = "README.md"
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_bytes(data)
+    os.replace(partial, path)
+
+
+def write_model_folder(
+    model: DocumentClassifier,
+    tokenizer: Tokenizer,
+    label_names: list[str],
+    max_tokens: int | None,
+    out: str | Path,
+    facts: dict[str, Any] | None = None,
+    card: str | None = None,
+) -> dict[str, Any]:
+    """Write ``config.json``, ``model.safetensors``, ``tokenizer.json``, the card (when given)
+    and last the manifest that covers them all into ``out``.
+
+    ``facts`` (JSON types) join the config: where the model started, how it scored, its default
+    word-score method. Returns the config written.
+    """
+    from safetensors.torch import save
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    # A folder exported again must not keep a manifest that vouches for the old files while
+    # the new ones are half written.
+    (out / MANIFEST).unlink(missing_ok=True)
+    # Contiguous copies: safetensors stores raw buffers and refuses tensors sharing memory.
+    tensors = {
+        name: tensor.detach().cpu().contiguous().clone()
+        for name, tensor in model.state_dict().items()
+    }
+    weights = save(tensors, metadata={"format": "pt", "model_type": MODEL_TYPE})
+    _write_atomically(out / "model.safetensors", weights)
+    _write_atomically(out / "tokenizer.json", tokenizer.to_str(pretty=True).encode())
+    names = list(label_names)
+    config = {
+        "model_type": MODEL_TYPE,
+        "architectures": ["DocumentClassifier"],
+        "format_version": FOLDER_FORMAT_VERSION,
+        "num_labels": len(names),
+        "id2label": {str(i): name for i, name in enumerate(names)},
+        "label2id": {name: i for i, name in enumerate(names)},
+        "max_tokens": max_tokens,
+        "model_config": model.config.to_dict(),
+        **(facts or {}),
+    }
+    _write_atomically(out / "config.json", (json.dumps(config, indent=2) + "\n").encode())
+    files = list(MODEL_FOLDER_FILES)
+    if card is not None:
+        _write_atomically(out / CARD, card.encode())
+        files.append(CARD)
+    write_manifest(out, files)
+    return config
+
+
+def read_folder_config(folder: str | Path) -> dict[str, Any]:
+    """A model folder's ``config.json``, checked to be one docclass wrote and can read."""
+    folder = Path(folder)
+    missing = [name for name in MODEL_FOLDER_FILES if not (folder / name).is_file()]
+    if missing:
+        run_checkpoint = folder / "checkpoints" / "last.ckpt"
+        hint = (
+            f"; this is a training run: pass {run_checkpoint}"
+            if run_checkpoint.is_file()
+            else " (written by 'docclass export')"
+        )
+        raise CheckpointError(
+            f"{folder}: lacks {', '.join(missing)}; a model folder holds "
+            f"{', '.join(MODEL_FOLDER_FILES)}{hint}"
+        )
+    path = folder / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise CheckpointError(
+            f"{path}: not a readable JSON config ({one_line(error)}); export the model again "
+            "with 'docclass export'"
+        ) from error
+    if not isinstance(config, dict) or config.get("model_type") != MODEL_TYPE:
+        found = config.get("model_type") if isinstance(config, dict) else None
+        raise CheckpointError(
+            f"{path}: model_type {found!r} is not {MODEL_TYPE!r}; a docclass model folder is "
+            "written by 'docclass export' (a pre-trained encoder goes in model.encoder instead)"
+        )
+    if config.get("format_version") != FOLDER_FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path}: model folder format {config.get('format_version')!r}, this docclass reads "
+            f"{FOLDER_FORMAT_VERSION}; export it again with this release"
+        )
+    # Before any of the config is used: an edited config.json (labels swapped together in
+    # id2label and label2id) is as wrong as swapped weights.
+    verify_manifest(folder, MODEL_FOLDER_FILES)
+    return config
+
+
+def folder_label_names(config: dict[str, Any], path: Path) -> list[str]:
+    """Label names in class order, refusing maps that disagree: a label mapped to the wrong
+    class would make every prediction silently wrong."""
+    try:
+        id2label = {int(i): str(name) for i, name in config["id2label"].items()}
+        label2id = {str(name): int(i) for name, i in config["label2id"].items()}
+        count = int(config["num_labels"])
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise CheckpointError(
+            f"{path}: id2label, label2id and num_labels are required ({one_line(error)})"
+        ) from error
+    if sorted(id2label) != list(range(count)):
+        raise CheckpointError(f"{path}: id2label must number the classes 0 to {count - 1}")
+    if {name: i for i, name in id2label.items()} != label2id:
+        raise CheckpointError(
+            f"{path}: id2label and label2id disagree, so a class would be reported under "
+            "another's name; export the model again"
+        )
+    return [id2label[i] for i in range(count)]
+
+
+def folder_artifact(folder: str | Path) -> dict[str, Any]:
+    """A model folder's entries in the checkpoint artifact's shape."""
+    folder = Path(folder)
+    config = read_folder_config(folder)
+    path = folder / "tokenizer.json"
+    try:
+        tokenizer = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise CheckpointError(
+            f"{path}: not a readable tokenizer ({one_line(error)}); export the model again"
+        ) from error
+    return {
+        "format_version": FORMAT_VERSION,
+        "model_config": config.get("model_config"),
+        "tokenizer": tokenizer,
+        "label_names": folder_label_names(config, folder / "config.json"),
+        "max_tokens": config.get("max_tokens"),
+    }
+
+
+def load_model_folder(
+    folder: str | Path,
+) -> tuple[DocumentClassifier, Tokenizer, list[str], dict[str, Any]]:
+    """A model folder's network (eval mode), tokenizer, label names and config; no pickle."""
+    from safetensors import SafetensorError, safe_open
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    config = read_folder_config(folder)  # also checks the manifest and the files it covers
+    config_path, weights_path = folder / "config.json", folder / "model.safetensors"
+    labels = folder_label_names(config, config_path)
+    model_config = model_config_from(config.get("model_config"), config_path)
+    if model_config.num_classes != len(labels):
+        raise CheckpointError(
+            f"{config_path}: model_config has {model_config.num_classes} classes but id2label "
+            f"names {len(labels)}; export the model again"
+        )
+    try:
+        # The header alone: shapes are compared before a single tensor is read or allocated.
+        with safe_open(str(weights_path), framework="pt") as handle:
+            shapes = {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}
+        model = build_classifier(model_config, shapes, weights_path)
+        tensors = load_file(str(weights_path))
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(
+            f"{weights_path}: not a readable safetensors file ({one_line(error)})"
+        ) from error
+    model.load_state_dict(tensors)
+    tokenizer_path = folder / "tokenizer.json"
+    try:
+        tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    except Exception as error:  # the Rust side raises a plain Exception for a bad file
+        raise CheckpointError(
+            f"{tokenizer_path}: not a readable tokenizer ({one_line(error)})"
+        ) from error
+    if tokenizer.get_vocab_size() > model_config.vocab_size:
+        raise CheckpointError(
+            f"{tokenizer_path}: {tokenizer.get_vocab_size()} tokens, more than the model's "
+            f"{model_config.vocab_size} embedding rows; it belongs to another model"
+        )
+    return model.eval(), tokenizer, labels, config

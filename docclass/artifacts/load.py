@@ -1,0 +1,81 @@
+"""A trained classifier rebuilt from a checkpoint, a model folder or a pinned hub id: the one
+way a trained model is loaded, with no training code run, no pickle executed and no Lightning
+imported."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from docclass.artifacts.building import build_classifier, model_config_from
+from docclass.artifacts.checkpoint import load_checkpoint, network_weights, read_artifact_from
+from docclass.artifacts.folder import folder_artifact, load_model_folder
+from docclass.artifacts.hashing import weights_fingerprint
+from docclass.artifacts.locate import resolve_model
+from docclass.data.tokenizer import load_tokenizer
+from docclass.errors import CheckpointError
+from docclass.nn.model import DocumentClassifier
+
+
+@dataclass
+class TrainedClassifier:
+    """A trained network (in eval mode), its tokenizer, label names and token limit."""
+
+    model: DocumentClassifier
+    tokenizer: Tokenizer
+    label_names: list[str]
+    max_tokens: int | None
+    # A model folder's config.json (its facts: default word-score method, scores, origin);
+    # empty for a checkpoint.
+    folder_config: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """The weights' fingerprint: what a measured figure must name to belong to them."""
+        return weights_fingerprint(self.model.state_dict())
+
+
+def read_artifact(spec: str | Path) -> dict[str, Any]:
+    """Tokenizer JSON, label names, model config and max_tokens of a checkpoint or a model
+    folder."""
+    local = resolve_model(spec)
+    if local.is_dir():
+        return folder_artifact(local)
+    return read_artifact_from(load_checkpoint(local), spec)
+
+
+def load_classifier(spec: str | Path) -> TrainedClassifier:
+    """Rebuild a trained classifier from a checkpoint, a model folder or a pinned hub id."""
+    local = resolve_model(spec)
+    if local.is_dir():
+        model, tokenizer, labels, config = load_model_folder(local)
+        return TrainedClassifier(model, tokenizer, labels, config.get("max_tokens"), config)
+    checkpoint = load_checkpoint(local)
+    artifact = read_artifact_from(checkpoint, spec)
+    if not artifact.get("tokenizer"):
+        raise CheckpointError(f"{spec}: carries no tokenizer; it was saved before training began")
+    weights = network_weights(checkpoint)
+    config = model_config_from(artifact.get("model_config"), local)
+    model = build_classifier(config, {k: tuple(v.shape) for k, v in weights.items()}, local)
+    model.load_state_dict(weights)
+    labels = list(artifact["label_names"])
+    if len(labels) != config.num_classes:
+        raise CheckpointError(
+            f"{spec}: {len(labels)} label names for a model of {config.num_classes} classes; "
+            "it was not written by this docclass"
+        )
+    return TrainedClassifier(
+        model=model.eval(),
+        tokenizer=load_tokenizer(artifact["tokenizer"]),
+        label_names=labels,
+        max_tokens=artifact.get("max_tokens"),
+    )
+
+
+def checkpoint_fingerprint(path: str | Path) -> str:
+    """The fingerprint of a checkpoint's network weights, without building the network."""
+    return weights_fingerprint(network_weights(load_checkpoint(path)))
