@@ -59,7 +59,15 @@ ALIASES = {
 
 
 def known_encoder(name: str) -> KnownEncoder | None:
-    return KNOWN_ENCODERS.get(ALIASES.get(name, name))
+    """The pinned encoder ``name`` names: an id or alias, or a path ending in one (``minilm/``,
+    ``./minilm``, ``/models/sentence-transformers/all-MiniLM-L6-v2``), so a copy on disk is
+    held to the same hashes however its path is spelled."""
+    parts = Path(name).expanduser().parts
+    for candidate in (name, "/".join(parts[-2:]), *parts[-1:]):
+        known = KNOWN_ENCODERS.get(ALIASES.get(candidate, candidate))
+        if known is not None:
+            return known
+    return None
 
 
 def locate_encoder(name: str) -> Path:
@@ -123,7 +131,8 @@ def verify_encoder_files(folder: Path, known: KnownEncoder) -> None:
         if found != expected:
             raise CheckpointError(
                 f"{folder / name}: sha256 {found[:12]}… is not the pinned {expected[:12]}… of "
-                f"{known.hub_id}@{known.revision[:8]}; delete the folder and download it again"
+                f"{known.hub_id}@{known.revision[:8]}; delete the folder and download it again "
+                "(a different encoder needs a folder name of its own)"
             )
 
 

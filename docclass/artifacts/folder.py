@@ -29,6 +29,7 @@ MODEL_TYPE = "docclass"  # config.json's model_type in a model folder
 FOLDER_FORMAT_VERSION = 2
 MODEL_FOLDER_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 CARD = "README.md"
+FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}  # safetensors' names
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -189,8 +190,21 @@ def load_model_folder(
     try:
         # The header alone: shapes are compared before a single tensor is read or allocated.
         with safe_open(str(weights_path), framework="pt") as handle:
-            shapes = {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}
-        model = build_classifier(model_config, shapes, weights_path)
+            slices = {name: handle.get_slice(name) for name in handle.keys()}
+            shapes = {name: tuple(piece.get_shape()) for name, piece in slices.items()}
+            dtypes = {piece.get_dtype() for piece in slices.values()}
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(
+            f"{weights_path}: not a readable safetensors file ({one_line(error)})"
+        ) from error
+    if not dtypes <= FLOAT_DTYPES:
+        # Integer tensors would be cast into the float parameters without a word: not weights.
+        raise CheckpointError(
+            f"{weights_path}: tensors of type {', '.join(sorted(dtypes - FLOAT_DTYPES))}, not "
+            "floating-point weights; export the model again"
+        )
+    model = build_classifier(model_config, shapes, weights_path)
+    try:
         tensors = load_file(str(weights_path))
     except (SafetensorError, OSError, ValueError) as error:
         raise CheckpointError(

@@ -33,13 +33,19 @@ def sha256_of(path: Path) -> str:
 
 
 def weights_fingerprint(state_dict: dict[str, torch.Tensor]) -> str:
-    """SHA-256 over every tensor's name, dtype, shape and bytes, in name order."""
+    """SHA-256 over every tensor's name, shape and values, in name order.
+
+    Floating tensors are hashed as float32 values, whatever their dtype: a model trained in
+    ``bf16-true`` is tested (and its report made) with bfloat16 weights but rebuilt from its
+    checkpoint in float32, and the same weights must give the same fingerprint either way
+    (bfloat16 and float16 widen to float32 exactly)."""
     digest = hashlib.sha256()
     for name in sorted(state_dict):
-        tensor = state_dict[name].detach().cpu().contiguous()
-        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-        # Viewed as bytes, so bfloat16 (which numpy lacks) hashes like any other dtype.
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+        tensor = state_dict[name].detach().cpu()
+        if tensor.is_floating_point():
+            tensor = tensor.float()
+        digest.update(f"{name}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from docclass.artifacts.building import build_classifier, model_config_from
+from docclass.artifacts.building import build_classifier, check_sizes, model_config_from
 from docclass.artifacts.checkpoint import load_checkpoint, network_weights, read_artifact_from
 from docclass.artifacts.folder import folder_artifact, load_model_folder
 from docclass.artifacts.hashing import weights_fingerprint
@@ -46,6 +46,44 @@ def read_artifact(spec: str | Path) -> dict[str, Any]:
     if local.is_dir():
         return folder_artifact(local)
     return read_artifact_from(load_checkpoint(local), spec)
+
+
+# The hyper-parameters Lightning builds a checkpoint's network from (``docclass test
+# --ckpt_path``) that fix its sizes; they must be the sizes its own model config records.
+SIZE_SETTINGS = (
+    "vocab_size", "num_classes", "d_model", "n_heads", "n_layers", "pool_heads", "ffn_mult",
+    "positions", "max_positions", "attention_window", "window_tokens",
+)  # fmt: skip
+
+
+def verify_checkpoint(spec: str | Path) -> dict[str, Any]:
+    """A checkpoint's (or folder's) artifact, once its sizes are known to be its weights'.
+
+    Lightning rebuilds a checkpoint's network from the hyper-parameters stored in it, not from
+    docclass's model config: a file of a megabyte claiming a width of 4,096 would allocate
+    gigabytes before its weights were found not to fit. So both are held to the weights first.
+    """
+    local = resolve_model(spec)
+    if local.is_dir():
+        return folder_artifact(local)
+    checkpoint = load_checkpoint(local)
+    artifact = read_artifact_from(checkpoint, spec)
+    config = model_config_from(artifact.get("model_config"), local)
+    check_sizes(config, {k: tuple(v.shape) for k, v in network_weights(checkpoint).items()}, local)
+    settings = checkpoint.get("hyper_parameters") or {}
+    # With an encoder the module takes its sizes from the pinned encoder, not from these.
+    if not settings.get("encoder"):
+        differ = [
+            f"{name}={settings[name]!r}"
+            for name in SIZE_SETTINGS
+            if name in settings and settings[name] != getattr(config, name)
+        ]
+        if differ:
+            raise CheckpointError(
+                f"{spec}: its hyper-parameters ({', '.join(differ)}) are not its model's; it was "
+                "not saved by 'docclass fit' as it is"
+            )
+    return artifact
 
 
 def load_classifier(spec: str | Path) -> TrainedClassifier:

@@ -51,8 +51,8 @@ def run_facts(run_dir: Path | None, fingerprint: str) -> dict[str, Any]:
         }
     elif metrics.get("test"):
         facts["unmeasured"] = (
-            f"the run's test scores and report were measured on other weights than these "
-            f"(another checkpoint of {run_dir.name}); test this checkpoint to measure them"
+            f"the run's test scores were measured on other weights than these (another "
+            f"checkpoint of {run_dir.name}); test this checkpoint to measure them"
         )
     if metrics.get("data"):
         facts["data"] = metrics["data"]

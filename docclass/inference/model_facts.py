@@ -98,6 +98,7 @@ def model_default_method(
     run_dir = run_dir_of(path)
     if run_dir is None:
         return choose_default({})
-    tables = faithfulness_tables(run_dir / "report", fingerprint())
-    other = (run_dir / "report" / "report.json").is_file()
-    return choose_default(tables, other_weights=other)
+    weights = fingerprint()
+    tables = faithfulness_tables(run_dir / "report", weights)
+    report = read_json(run_dir / "report" / "report.json")
+    return choose_default(tables, other_weights=bool(report) and report.get("weights") != weights)

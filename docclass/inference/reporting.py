@@ -142,21 +142,27 @@ def stratified_sample(
 def select_for_report(
     labels: Sequence[str | None], predicted: Sequence[str | None], limit: int, seed: int = 0
 ) -> list[int]:
-    """Which documents a capped report shows: every misclassified one first (a seeded sample
-    of them if they alone exceed ``limit``), then a sample of the rest stratified by true label
-    (predicted where unknown), in proportion to the classes. Positions, in input order."""
+    """Which documents a capped report shows: every misclassified one first, then a sample of
+    the correct ones stratified by true label (predicted where unknown), in proportion to the
+    classes. Positions, in input order.
+
+    When the errors alone would fill more than half of ``limit``, a seeded sample of them takes
+    that half: the faithfulness table that picks the default method keeps the split's share
+    of errors, and it needs correct documents to draw them from."""
     n = len(predicted)
     if n <= limit:
         return list(range(n))
     rng = np.random.default_rng(seed)
     errors = [i for i in range(n) if labels[i] is not None and labels[i] != predicted[i]]
-    if len(errors) >= limit:
-        return sorted(rng.choice(errors, limit, replace=False).tolist())
+    room = max(limit - (n - len(errors)), (limit + 1) // 2)  # the correct ones fill the rest
+    shown = errors if len(errors) <= room else rng.choice(errors, room, replace=False).tolist()
     keys = [
         label if label is not None else guess
         for label, guess in zip(labels, predicted, strict=True)
     ]
-    return stratified_sample(keys, limit - len(errors), seed, taken=errors)
+    # Every error counts as taken, so the rest is drawn from correct documents only.
+    correct = stratified_sample(keys, limit - len(shown), seed, taken=errors)
+    return sorted(set(shown) | (set(correct) - set(errors)))
 
 
 def population_figures(
@@ -220,12 +226,17 @@ def measure_faithfulness(
     }
     if len(chosen) < len(records):
         errors = sum(_misclassified(records[i]) for i in chosen)
+        share = error_share if error_share is not None else _error_share_of(records)
         summary["sample"] = (
             f"a sample of {len(per_document)} of the {len(records)} documents ({errors} "
-            "misclassified, in the share of the whole split), drawn in proportion to the "
-            "classes (seed 0)"
+            f"misclassified; the split has {100 * share:.1f} % errors), drawn in proportion to "
+            "the classes (seed 0)"
         )
     return summary
+
+
+def _error_share_of(records: Sequence[dict[str, Any]]) -> float:
+    return sum(_misclassified(record) for record in records) / max(1, len(records))
 
 
 def _misclassified(record: dict[str, Any]) -> bool:
@@ -390,9 +401,16 @@ def _capped(
     predicted = [result["label"] for result in classify_texts(classifier, texts, device=device)]
     population = population_figures(labels, predicted, classifier.label_names)
     chosen = select_for_report(labels, predicted, max_documents)
+    wrong = [t is not None and t != p for t, p in zip(labels, predicted, strict=True)]
+    errors, shown_errors = sum(wrong), sum(wrong[i] for i in chosen)
     population["selection"] = (
-        f"{len(chosen)} of {len(texts)} documents shown: every misclassified one first, "
-        "then a sample stratified by class"
+        f"{len(chosen)} of {len(texts)} documents shown: "
+        + (
+            "every misclassified one first"
+            if shown_errors >= errors
+            else f"{shown_errors} of the {errors} misclassified"
+        )
+        + ", then a sample stratified by class"
     )
     shown = tuple([values[i] for i in chosen] for values in (texts, ids, labels))
     return population, shown

@@ -109,7 +109,8 @@ def _faithfulness_section(facts: dict[str, Any]) -> list[str]:
         return [*lines, "", "Faithfulness was not measured for this model.", ""]
     lines += [
         "",
-        "ERASER faithfulness on the test split (AOPC over removing 1–50 % of the words): "
+        "ERASER faithfulness on the documents each table names (after `docclass fit`, the "
+        "test split; AOPC over removing 1–50 % of the words): "
         "comprehensiveness is how much the prediction drops when a method's top words are "
         "removed (higher is better), sufficiency how much it drops when only they are kept "
         "(lower is better). A method earns trust by beating the random ranking on both.",

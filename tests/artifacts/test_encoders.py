@@ -110,7 +110,9 @@ def test_known_encoder_with_altered_weights_is_refused(folder, tmp_path, monkeyp
     "a local folder named as a known encoder, one bit of one of its files altered",
     "refused like a download: one line naming the file and the pinned hash",
 )
-@pytest.mark.parametrize("name", ["minilm", "sentence-transformers/all-MiniLM-L6-v2"])
+@pytest.mark.parametrize(
+    "name", ["minilm", "minilm/", "./minilm", "sentence-transformers/all-MiniLM-L6-v2"]
+)
 @pytest.mark.parametrize("file", ["model.safetensors", "tokenizer.json", "config.json"])
 def test_a_local_copy_of_a_known_encoder_is_held_to_its_hashes(
     folder, tmp_path, monkeypatch, name, file
@@ -119,11 +121,13 @@ def test_a_local_copy_of_a_known_encoder_is_held_to_its_hashes(
     copy = tmp_path / name
     shutil.copytree(folder, copy)
     assert locate_encoder(name) == Path(name)  # the intact copy is the user's folder, taken
+    assert locate_encoder(str(copy)) == copy  # and by its absolute path
     data = bytearray((copy / file).read_bytes())
     data[len(data) // 2] ^= 1
     (copy / file).write_bytes(bytes(data))
-    with pytest.raises(CheckpointError, match=f"{file}: sha256 .* is not the pinned"):
-        locate_encoder(name)
+    for spelling in (name, str(copy)):
+        with pytest.raises(CheckpointError, match=f"{file}: sha256 .* is not the pinned"):
+            locate_encoder(spelling)
 
 
 def test_hub_download_asks_for_the_pinned_revision_and_checks_the_hash(folder, monkeypatch):
