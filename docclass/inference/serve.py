@@ -19,16 +19,27 @@ length (``docclass.interpret.inputs``), so a short document never waits on paddi
 
 The body is validated before it reaches the model: malformed JSON and wrong types get 422,
 bodies over ``--max-body-mb`` get 413, and more than ``MAX_TEXTS_PER_REQUEST`` texts get 422 —
-each with a one-line ``error`` naming the fix.
+each with a one-line ``error`` naming the fix. A text is read up to ``--max_tokens`` tokens
+(``DEFAULT_MAX_TOKENS`` for a model saved without a limit, the model's own when smaller); the
+rest is cut and its result says ``truncated: true``, as ``classify`` does.
+
+SIGTERM or SIGINT to the server process stops it cleanly: it stops accepting connections,
+answers the requests in flight, then ends every process it started. On Linux the kernel also
+ends them if the server process is killed outright (SIGKILL).
 """
 
 # No ``from __future__ import annotations`` here: LitServe reads ``decode_request``'s annotation
 # at run time to build the endpoint, and a string would make FastAPI expect a query parameter.
+import ctypes
 import gc
 import logging
+import multiprocessing
 import os
 import signal
 import socket
+import sys
+import threading
+import time
 from typing import Any, Literal
 
 import litserve
@@ -43,6 +54,14 @@ MAX_TEXTS_PER_REQUEST = 256
 MAX_TOP_WORDS = 100
 # What LitServe accepts: this machine only, or every IPv4 / IPv6 interface.
 Host = Literal["127.0.0.1", "0.0.0.0", "::"]
+# Tokens read per text when the model sets no limit. A model saved with ``max_tokens: null``
+# reads whole documents, and a method that builds every block's T×T attention (rollout,
+# grad_input) on one 8 MB text runs a worker out of memory.
+DEFAULT_MAX_TOKENS = 8192
+# Seconds a process LitServe left behind gets between SIGTERM and SIGKILL.
+CHILD_GRACE_S = 10.0
+# What stops the server: `kill`, `docker stop`, systemd (SIGTERM) and Ctrl+C (SIGINT).
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 logger = logging.getLogger(__name__)
 
@@ -75,23 +94,36 @@ class ClassifierAPI(litserve.LitAPI):
     """Loads the checkpoint in each worker process and answers ``/predict``.
 
     LitServe starts workers with ``spawn``, so this class lives at module level (it is pickled
-    by reference) and carries only the checkpoint path, never the model.
+    by reference) and carries only the checkpoint path, never the model. ``max_tokens`` is the
+    most tokens read per text (None: the model's own limit).
     """
 
     def __init__(
-        self, ckpt: str, batch_size: int = 64, max_batch_size: int = 16, batch_timeout: float = 0.0
+        self,
+        ckpt: str,
+        batch_size: int = 64,
+        max_batch_size: int = 16,
+        batch_timeout: float = 0.0,
+        max_tokens: int | None = None,
     ) -> None:
         super().__init__(max_batch_size=max_batch_size, batch_timeout=batch_timeout)
         self.ckpt = ckpt
         self.batch_size = batch_size
+        self.max_tokens = max_tokens
+        self.server_pid = os.getpid()  # built in the server process, read in the worker
 
     def setup(self, device: str) -> None:
         from docclass.inference.classifier import DocClassifier
 
+        _end_with_parent(self.server_pid)
         # Ctrl+C reaches the whole process group; the server stops its workers itself, and a
         # worker interrupted mid-wait would only print a traceback.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         self.classifier = DocClassifier.load(self.ckpt, device=device)
+        if self.max_tokens is not None:
+            # The limit every text is cut to where it is tokenized (``encode_documents``), so
+            # a capped text is cut and flagged ``truncated`` exactly as the model's own limit.
+            self.classifier.trained.max_tokens = self.max_tokens
         _freeze_loaded_objects()
 
     # LitServe takes the body type from this argument's annotation (the argument must be called
@@ -254,6 +286,171 @@ def accelerator_of(device: str) -> str:
     return device
 
 
+def token_cap(model_max_tokens: int | None, max_tokens: int) -> int:
+    """Tokens read per text: ``--max_tokens``, or the model's own limit when that is smaller."""
+    return min(model_max_tokens, max_tokens) if model_max_tokens else max_tokens
+
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def _end_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this process when ``parent`` dies (Linux only).
+
+    A server killed outright (SIGKILL, the OOM killer) runs no shutdown code, and its workers
+    would go on answering on its port.
+    """
+    if sys.platform != "linux":
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+        logger.warning("prctl(PR_SET_PDEATHSIG) failed (errno %d)", ctypes.get_errno())
+    if os.getppid() != parent:  # it died before the line above, so no signal will come
+        os._exit(1)
+
+
+def _tie_forks_to_this_process() -> None:
+    """Every process this one forks from now on (LitServe's HTTP servers and its queue
+    manager) ends with it, and leaves the stop signals to the server process."""
+    server = forker = os.getpid()
+
+    def before() -> None:
+        nonlocal forker
+        forker = os.getpid()
+        # Held until the child has its own dispositions: caught in between by the handler it
+        # inherits, a SIGTERM from LitServe stopping it at once would be lost.
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+    def in_parent() -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+    def in_child() -> None:
+        if forker == server:  # not a process forked by one of the server's children
+            _end_with_parent(server)
+            # LitServe stops its forks with SIGTERM; the server's own handlers would swallow
+            # it. Ctrl+C reaches the whole group, and the server stops its children itself.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+    os.register_at_fork(before=before, after_in_parent=in_parent, after_in_child=in_child)
+
+
+def _stop_on_signals(server: litserve.LitServer) -> threading.Event:
+    """SIGTERM and SIGINT start LitServe's own shutdown, the one its ``/shutdown`` endpoint
+    starts: the HTTP servers finish the requests in flight, then the workers are ended.
+
+    Python's default for SIGTERM ends the process at once, skipping that shutdown, and the
+    processes LitServe started kept serving on the port, orphaned. Returns the event set
+    once a stop is asked for.
+    """
+    stopping = threading.Event()
+
+    def relay() -> None:
+        # LitServe waits on a multiprocessing-manager event; setting it from the signal
+        # handler would reuse the connection the main thread is blocked on, so a thread does.
+        stopping.wait()
+        if server._shutdown_event is None:
+            return
+        logger.warning("stopping: answering the requests in flight, then ending the workers")
+        try:
+            server._shutdown_event.set()
+        except (OSError, EOFError):
+            pass  # the manager is gone too (see _run_until_stopped); LitServe stops all the same
+
+    def handle(signum: int, frame: Any) -> None:
+        if stopping.is_set():
+            return  # already stopping; a second signal must not cut the shutdown short
+        stopping.set()
+        if server._shutdown_event is None:
+            raise KeyboardInterrupt  # nothing serves yet; _end_children ends what started
+
+    threading.Thread(target=relay, daemon=True, name="docclass-stop-on-signal").start()
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, handle)
+    return stopping
+
+
+def _end_children(grace: float = CHILD_GRACE_S) -> None:
+    """End every process still running that this one started: SIGTERM, ``grace`` seconds,
+    then SIGKILL. LitServe ends its own on shutdown; this covers a stop during start-up."""
+    children = multiprocessing.active_children()
+    for child in children:
+        child.terminate()
+    deadline = time.monotonic() + grace
+    for child in children:
+        child.join(max(0.0, deadline - time.monotonic()))
+        if child.is_alive():
+            child.kill()
+            child.join()
+
+
+def _read_model(ckpt: str) -> tuple[str, dict[str, Any]]:
+    """The model's local path and what ``/info`` says of it; one line if it cannot be read.
+
+    Read here, before worker processes start and each trip over the same file; a hub id is
+    downloaded once, here, and the workers read the local copy.
+    """
+    from docclass.artifacts.folder import read_folder_config
+    from docclass.artifacts.load import checkpoint_fingerprint, read_artifact
+    from docclass.artifacts.locate import resolve_model
+    from docclass.inference.model_facts import model_default_method
+
+    local = resolve_model(ckpt)
+    artifact = read_artifact(local)
+    default = model_default_method(
+        local,
+        read_folder_config(local) if local.is_dir() else {},
+        lambda: checkpoint_fingerprint(local),
+    )
+    facts = {
+        "checkpoint": str(ckpt),
+        "labels": list(artifact["label_names"]),
+        "max_tokens": artifact.get("max_tokens"),
+        "max_texts_per_request": MAX_TEXTS_PER_REQUEST,
+        "default_method": default.method,
+        "default_method_reason": default.reason,
+    }
+    return str(local), facts
+
+
+def _check_options(port: int, batch_timeout: float, timeout: float) -> None:
+    """One line for an impossible option, before anything is read or started."""
+    if not 1024 <= port <= 65535:
+        raise ConfigError(f"--port {port}: use a port from 1024 to 65535")
+    if batch_timeout >= timeout:
+        raise ConfigError("--batch_timeout must be shorter than --timeout")
+
+
+def _check_listen(host: str, port: int) -> None:
+    """One line for a busy port; a warning when the server is open to the network."""
+    check_port_free(host, port)
+    if host != "127.0.0.1":
+        logger.warning(
+            "serving on %s: reachable from other machines; there is no authentication", host
+        )
+
+
+def _run_until_stopped(server: litserve.LitServer, host: str, port: int, log_level: str) -> None:
+    """Serve until SIGTERM or SIGINT; then answer the requests in flight and end every
+    process started here."""
+    _freeze_loaded_objects()  # the HTTP server processes are forked from here
+    _tie_forks_to_this_process()
+    stopping = _stop_on_signals(server)
+    try:
+        server.run(host=host, port=port, log_level=log_level, generate_client_file=False)
+    except KeyboardInterrupt:
+        pass  # a stop asked for during start-up, before LitServe's own shutdown could take it
+    except EOFError:
+        # LitServe's queue manager went away under it: a SIGTERM sent to the whole process
+        # group (systemd's default KillMode) ends the manager as well. LitServe's shutdown
+        # has run by now; anything else is a real fault.
+        if not stopping.is_set():
+            raise
+    finally:
+        _end_children()
+
+
 def serve(
     ckpt: str,
     host: Host = "127.0.0.1",
@@ -264,6 +461,7 @@ def serve(
     max_batch_size: PositiveInt = 16,
     batch_timeout: NonNegativeFloat = 0.005,
     max_body_mb: PositiveFloat = 8.0,
+    max_tokens: PositiveInt = DEFAULT_MAX_TOKENS,
     timeout: PositiveFloat = 60.0,
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info",
 ) -> None:
@@ -271,7 +469,7 @@ def serve(
 
     Args:
         ckpt: checkpoint written by 'docclass fit', a folder written by 'docclass export', or
-            its hub id (owner/name[@revision]).
+            hub:owner/name@<commit> (a folder on the hub, pinned).
         host: interface to listen on (127.0.0.1: this machine only; 0.0.0.0 or :: open the
             server to the network, without authentication).
         port: 1024 to 65535.
@@ -281,43 +479,27 @@ def serve(
         max_batch_size: requests gathered into one model call (1 turns request batching off).
         batch_timeout: seconds to wait for more requests before a model call.
         max_body_mb: larger request bodies get 413.
-        timeout: seconds a request may wait (then 504).
+        max_tokens: most tokens read per text; the rest is cut and the result says
+            truncated: true. The model's own limit wins when smaller.
+        timeout: seconds a request may wait (then 504), and at a stop, for those in flight.
         log_level: the server's log level.
     """
-    from docclass.data.artifact import read_artifact, read_folder_config, resolve_model
-    from docclass.inference.model_facts import model_default_method
-
-    if not 1024 <= port <= 65535:
-        raise ConfigError(f"--port {port}: use a port from 1024 to 65535")
-    if batch_timeout >= timeout:
-        raise ConfigError("--batch_timeout must be shorter than --timeout")
-    # Fail here, in one line, before worker processes start and each trip over the same file;
-    # a hub id is downloaded once, here, and the workers read the local copy.
-    local = resolve_model(ckpt)
-    artifact = read_artifact(local)
-    default = model_default_method(local, read_folder_config(local) if local.is_dir() else {})
+    _check_options(port, batch_timeout, timeout)
+    local, facts = _read_model(ckpt)
+    facts["max_tokens"] = token_cap(facts["max_tokens"], max_tokens)
     accelerator = accelerator_of(device)
-    check_port_free(host, port)
-    if host != "127.0.0.1":
-        logger.warning(
-            "serving on %s: reachable from other machines; there is no authentication", host
-        )
+    _check_listen(host, port)
     server = litserve.LitServer(
-        ClassifierAPI(str(local), batch_size, max_batch_size, batch_timeout),
+        ClassifierAPI(local, batch_size, max_batch_size, batch_timeout, facts["max_tokens"]),
         accelerator=accelerator,
         devices="auto" if accelerator != "cpu" else 1,
         workers_per_device=workers,
         timeout=timeout,
         max_payload_size=int(max_body_mb * 1024 * 1024),
-        model_metadata={
-            "checkpoint": str(ckpt),
-            "labels": list(artifact["label_names"]),
-            "max_tokens": artifact.get("max_tokens"),
-            "max_texts_per_request": MAX_TEXTS_PER_REQUEST,
-            "default_method": default.method,
-            "default_method_reason": default.reason,
-        },
+        model_metadata=facts,
     )
+    # At a stop, every request in flight gets as long as any request may take (LitServe's
+    # default is 30 s), so each ends with its answer or its 504, never a dropped connection.
+    server.uvicorn_graceful_timeout = timeout
     _install_error_handlers(server.app)
-    _freeze_loaded_objects()  # the HTTP server processes are forked from here
-    server.run(host=host, port=port, log_level=log_level, generate_client_file=False)
+    _run_until_stopped(server, host, port, log_level)

@@ -10,9 +10,11 @@ from benchmarks.server import post_json, request, running_server
 from docclass.cli import command_parser, main
 from docclass.inference.classifier import DocClassifier
 from docclass.inference.serve import (
+    DEFAULT_MAX_TOKENS,
     MAX_TEXTS_PER_REQUEST,
     ClassifierAPI,
     PredictRequest,
+    token_cap,
 )
 
 TEXTS = [
@@ -25,6 +27,9 @@ TEXTS = [
 ]
 # Small enough that a test can exceed it cheaply; large enough for every ordinary request here.
 MAX_BODY_MB = 0.25
+# The server's cap on tokens per text, below the tiny model's own 64 so a test sees which one
+# cut a text; every text in TEXTS is shorter (25 tokens at most).
+MAX_TOKENS = 40
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +42,7 @@ def server(ckpt, tmp_path_factory):
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     # A batch wait long enough that concurrent requests really share model calls.
     args = ["--device", "cpu", "--max_body_mb", str(MAX_BODY_MB), "--batch_timeout", "0.05"]
+    args += ["--max_tokens", str(MAX_TOKENS)]
     with running_server(ckpt, extra_args=args, log_path=log) as port:
         yield port
 
@@ -64,6 +70,7 @@ def test_health_and_info(server, local):
     assert info["model"]["max_texts_per_request"] == MAX_TEXTS_PER_REQUEST
     assert info["model"]["default_method"] == local.default_method
     assert info["model"]["default_method_reason"] == local.default_reason
+    assert info["model"]["max_tokens"] == MAX_TOKENS  # the server's cap, not the model's 64
 
 
 def test_predict_round_trip_equals_python_api(server, local):
@@ -162,6 +169,32 @@ def test_a_batch_of_requests_is_answered_request_by_request(local):
                     [w["score"] for w in top_b], abs=1e-4
                 )
     assert api.encode_response(answers[0]) == {"results": answers[0]}
+
+
+@pytest.mark.fault(
+    "server: a text longer than `--max_tokens` (8192 by default when the model sets no limit)",
+    "read up to the cap and answered with `truncated: true`, as `classify` cuts a text",
+)
+def test_a_text_over_the_token_cap_is_cut_and_flagged(server, ckpt, local):
+    text = " ".join(TEXTS)  # about 130 tokens: over the server's cap and the model's own 64
+    capped = DocClassifier.load(ckpt, device="cpu")
+    capped.trained.max_tokens = MAX_TOKENS
+    status, body = post_json(server, {"texts": [text]})
+    assert status == 200
+    (served,) = body["results"]
+    wanted = capped.predict(text, word_scores=True)[0]
+    assert served["truncated"] is True
+    assert_same_result(served, wanted)
+    assert served["words"] == wanted["words"]
+    # The server's cap cut it, not the model's own: it read fewer words than the model would.
+    assert len(served["words"]) < len(local.predict(text, word_scores=True)[0]["words"])
+
+
+def test_the_token_cap_applies_when_the_model_sets_none():
+    assert command_parser("serve").parse_args(["--ckpt", "x"]).max_tokens == DEFAULT_MAX_TOKENS
+    assert token_cap(None, DEFAULT_MAX_TOKENS) == DEFAULT_MAX_TOKENS  # saved with max_tokens: null
+    assert token_cap(512, DEFAULT_MAX_TOKENS) == 512  # the model's own limit, when smaller
+    assert token_cap(512, 100) == 100
 
 
 BAD_BODIES = [
