@@ -12,13 +12,14 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch.distributed as dist
 from jsonargparse import ArgumentError
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
 from docclass.artifacts.encoders import encoder_model_settings, locate_encoder
-from docclass.artifacts.load import read_artifact
+from docclass.artifacts.load import verify_checkpoint
 from docclass.errors import ConfigError
 from docclass.train.callbacks import (
     PredictionWriter,
@@ -34,7 +35,8 @@ from docclass.train.lit_module import DocClassifierModule
 LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
 # Named checkpoints Lightning resolves itself; anything else given as ckpt_path is a file.
-LIGHTNING_CKPT_ALIASES = {"last", "best", "hpc", "registry"}
+# ("registry" is left out on purpose: Lightning would download it, unpinned.)
+LIGHTNING_CKPT_ALIASES = {"last", "best", "hpc"}
 
 
 class TrainingCLI(LightningCLI):
@@ -106,7 +108,7 @@ class TrainingCLI(LightningCLI):
         subcommand = self.config.get("subcommand")
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if ckpt_path and ckpt_path not in LIGHTNING_CKPT_ALIASES:
-            read_artifact(ckpt_path)
+            verify_checkpoint(ckpt_path)
         super()._parse_ckpt_path()
 
     def before_instantiate_classes(self) -> None:
@@ -219,19 +221,43 @@ def training_cli(args: Sequence[str] | None = None, run: bool = True, cli_class=
         # Parse errors come back as exceptions, so they can be said in one line instead of the
         # full usage text followed by a two-line message.
         parser_kwargs.update({name: {"exit_on_error": False} for name in LIGHTNING_SUBCOMMANDS})
-    with warnings.catch_warnings():
-        # Commands that read a config (docclass report --data config.yaml) pass their own args
-        # while sys.argv holds theirs: intended here, so LightningCLI's caution is noise.
-        warnings.filterwarnings("ignore", "LightningCLI's args parameter", UserWarning)
-        return cli_class(
-            DocClassifierModule,
-            DocDataModule,
-            seed_everything_default=0,
-            save_config_kwargs={"overwrite": True},
-            parser_kwargs=parser_kwargs,
-            args=None if args is None else list(args),
-            run=run,
-        )
+    # A process group that was there before belongs to the caller; one the run made ends with it.
+    ends_process_group = run and not _process_group_initialized()
+    try:
+        with warnings.catch_warnings():
+            # Commands that read a config (docclass report --data config.yaml) pass their own
+            # args while sys.argv holds theirs: intended here, so LightningCLI's caution is noise.
+            warnings.filterwarnings("ignore", "LightningCLI's args parameter", UserWarning)
+            return cli_class(
+                DocClassifierModule,
+                DocDataModule,
+                seed_everything_default=0,
+                save_config_kwargs={"overwrite": True},
+                parser_kwargs=parser_kwargs,
+                args=None if args is None else list(args),
+                run=run,
+            )
+    finally:
+        if ends_process_group and _process_group_initialized():
+            _end_process_group()
+
+
+def _process_group_initialized() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def _end_process_group() -> None:
+    """Destroy the process group a DDP run made, while the interpreter is still whole.
+
+    Lightning destroys it at exit for NCCL only. A gloo group left to interpreter shutdown is
+    freed during finalization, and one of its worker threads may still hold the last reference
+    to a finished collective, with tensors Python allocated (``all_gather_object``'s). Dropping
+    them takes the GIL; a finalizing interpreter answers by ending the thread, and that unwind
+    through a noexcept destructor calls std::terminate: "terminate called without an active
+    exception", SIGABRT, at random and mostly under load. Destroying the group here joins its
+    worker threads and the TCPStore's first, so nothing of it is left for finalization.
+    """
+    dist.destroy_process_group()
 
 
 def report_settings(config: str | Path) -> dict[str, int | None]:
