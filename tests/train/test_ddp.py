@@ -23,7 +23,7 @@ def test_two_process_ddp_fit_trains_tests_and_reports_once(tmp_path):
     seen = [*command, "--trainer.callbacks+=helpers.RankMetrics"]
     env_seen = {**env, "PYTHONPATH": str(REPO / "tests")}
     done = subprocess.run(seen, cwd=REPO, env=env_seen, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_ended_cleanly(done)
     output = done.stdout + done.stderr
     assert "distributed_backend=gloo" in output
     assert "All distributed processes registered. Starting with 2 processes" in output
@@ -50,7 +50,7 @@ def test_two_process_ddp_fit_trains_tests_and_reports_once(tmp_path):
     predict = [*command[:3], "predict", *command[4:]]
     predict += ["--ckpt_path", str(run_dir / "checkpoints" / "last.ckpt")]
     done = subprocess.run(predict, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_ended_cleanly(done)
     rows = [json.loads(line) for line in (run_dir / "predictions.jsonl").open()]
     split = json.loads((run_dir / "split.json").read_text())
     assert [row["id"] for row in rows] == split["test"]
@@ -97,8 +97,52 @@ def quick_ddp_fit(run_dir, *options: str) -> dict:
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_ended_cleanly(done)
     return json.loads((run_dir / "metrics.json").read_text())
+
+
+def assert_ended_cleanly(done: subprocess.CompletedProcess) -> None:
+    """Rank 0 exited 0 and no rank aborted. Rank 1 writes to the same stderr, and its abort as
+    rank 0 finishes would not show in rank 0's exit status."""
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "terminate called" not in done.stderr, done.stderr[-3000:]
+
+
+# ``python -c AFTER_MAIN fit ...`` runs ``docclass fit ...``, then prints what the process still
+# holds once main() has returned, which is what interpreter shutdown would meet: the process
+# group, and gloo's threads (workers, transport loop, TCPStore server), which only /proc names.
+AFTER_MAIN = """
+import json, os, sys
+import torch.distributed as dist
+from docclass.cli import main
+
+main(sys.argv[1:])
+tasks = "/proc/self/task" if os.path.isdir("/proc/self/task") else None
+names = [open(f"{tasks}/{t}/comm").read().strip() for t in os.listdir(tasks)] if tasks else []
+gloo = sorted(name for name in names if name.startswith(("pt_gloo", "gloo", "pt_tcpstore")))
+print(json.dumps({"initialized": dist.is_initialized(), "threads": gloo}))
+"""
+
+
+def test_a_ddp_run_leaves_nothing_of_its_process_group_to_interpreter_shutdown(tmp_path):
+    # A gloo group left to interpreter shutdown keeps its worker threads there, and one that
+    # drops the last reference to a collective's tensor (all_gather_object's) as shutdown begins
+    # wants the GIL: Python ends the thread, the unwind meets a noexcept destructor and
+    # std::terminate aborts the process ("terminate called without an active exception"), now
+    # and then, under load. One process is enough to see whether the group outlives the run.
+    command = [
+        sys.executable, "-c", AFTER_MAIN, "fit", "--config", str(CONFIGS / "tiny.yaml"),
+        "--trainer.strategy", "ddp", "--trainer.accelerator", "cpu", "--trainer.devices", "1",
+        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
+        "--trainer.callbacks=[]", "--trainer.logger", "false", "--report_after_fit", "false",
+        "--trainer.default_root_dir", str(tmp_path),
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert_ended_cleanly(done)
+    assert "distributed_backend=gloo" in done.stdout + done.stderr
+    left = json.loads(done.stdout.strip().splitlines()[-1])
+    assert left == {"initialized": False, "threads": []}
 
 
 @pytest.mark.fault(
@@ -118,7 +162,7 @@ def test_each_rank_saves_and_gets_back_its_own_random_state(tmp_path, monkeypatc
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     env["PYTHONPATH"] = str(REPO / "tests")
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_ended_cleanly(done)
     saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     state = next(v for k, v in saved["callbacks"].items() if "RandomState" in k)
     ranks = state["ranks"]
