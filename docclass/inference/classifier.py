@@ -270,7 +270,7 @@ class DocClassifier:
         )
 
     def explain(self, text: str, all_classes: bool = False) -> dict[str, Any]:
-        """The word-score record of the HTML report for one document (every method)."""
-        return explain_documents(self.trained, [text], all_classes=all_classes, device=self.device)[
-            0
-        ]
+        """The word-score record of the HTML report for one document (every method; with
+        ``all_classes``, every class's contributions too)."""
+        classes = "all" if all_classes else "predicted"
+        return explain_documents(self.trained, [text], classes=classes, device=self.device)[0]

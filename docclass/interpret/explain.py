@@ -12,7 +12,7 @@ score 0 and ``words_read`` says how many words the model saw.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -22,6 +22,15 @@ from docclass.interpret.inputs import DocumentInput, batched, encode_documents, 
 from docclass.interpret.methods import ScoringPass, rollout_by_depth, scoring_pass, token_scores
 from docclass.interpret.records import EMPTY_DOCUMENT, compact
 from docclass.nn.attention import banded_to_dense
+
+# Beyond the predicted class, a record keeps the contributions of the classes worth contrasting
+# with it: the runner-up, every other class the model gave at least CONTRAST_PROBABILITY (at
+# most CONTRAST_MOST classes in all), and the true class. At 150 classes every class's
+# contributions made a short document's record 86 KB, for contrasts with classes the model
+# never considered. (A floor on each class, not on their cumulative mass: label smoothing
+# spreads a little probability over every class, and the mass rule then kept them all.)
+CONTRAST_PROBABILITY = 0.01
+CONTRAST_MOST = 5
 
 # Per-layer, per-head word-by-word maps are drawn only for documents this short: beyond it the
 # map is unreadable, and skipping it keeps whole-corpus reports fast.
@@ -108,6 +117,17 @@ def _record(
     }
 
 
+def contrast_classes(probs: Sequence[float], true_class: int | None) -> list[int]:
+    """The classes whose contributions a record keeps, most probable first: the top two, the
+    next ones while their probability is at least :data:`CONTRAST_PROBABILITY` (at most
+    :data:`CONTRAST_MOST` in all), and the true class when it is not among them."""
+    order = sorted(range(len(probs)), key=lambda c: -probs[c])
+    chosen = order[:2] + [c for c in order[2:CONTRAST_MOST] if probs[c] >= CONTRAST_PROBABILITY]
+    if true_class is not None and true_class not in chosen:
+        chosen.append(true_class)
+    return chosen
+
+
 def _empty_record(text: str) -> dict[str, Any]:
     return {
         "text": text,
@@ -123,13 +143,38 @@ def _empty_record(text: str) -> dict[str, Any]:
     }
 
 
+def _add_contributions(
+    record: dict[str, Any],
+    document: DocumentInput,
+    scoring: ScoringPass,
+    row: int,
+    label_names: list[str],
+    classes: str,
+    label: str | None,
+) -> None:
+    every = scoring.contributions[row]  # [T,C]
+    if classes == "all":
+        kept = list(range(len(label_names)))
+    else:
+        probs = [record["probs"][name] for name in label_names]
+        true_class = label_names.index(label) if label in label_names else None
+        kept = contrast_classes(probs, true_class)
+        # Logits and biases only of the classes kept, too: at 150 classes they were most of a
+        # short request's record. The probabilities stay whole.
+        names = [label_names[c] for c in kept]
+        for key in ("logits", "contribution_bias"):
+            record[key] = {name: record[key][name] for name in names}
+    record["contributions"] = {label_names[c]: _per_word(document, every[:, c]) for c in kept}
+    record["contribution_mean"] = _per_word(document, every.mean(dim=1))
+
+
 def explain_documents(
     classifier: TrainedClassifier,
     texts: Sequence[str],
     doc_ids: Sequence[Any] | None = None,
     labels: Sequence[str | None] | None = None,
     batch_size: int = 16,
-    all_classes: bool = False,
+    classes: Literal["predicted", "contrast", "all"] = "predicted",
     layer_map_max_words: int = LAYER_MAP_MAX_WORDS,
     device: str | torch.device = "cpu",
 ) -> list[dict[str, Any]]:
@@ -141,7 +186,11 @@ def explain_documents(
         doc_ids: an id per document (default: its position).
         labels: the true label name per document, or None where unknown.
         batch_size: documents per forward pass; the explicit attention holds ``B·H·T²`` floats.
-        all_classes: also give every word's contribution to every class, not only the predicted.
+        classes: which classes' contributions the record keeps in ``contributions{class:
+            [...]}`` beside the predicted class's own (``scores.contribution``): none
+            (predicted), those worth contrasting (:func:`contrast_classes`, with
+            ``contribution_mean``, every word's mean contribution over all classes, so a
+            class's share net of what a word adds to all alike stays exact), or every class.
         layer_map_max_words: whole documents of at most this many words also carry
             ``layer_maps[L][H][W][W]``, each block's word-to-word attention per head.
         device: where to run the model.
@@ -168,11 +217,9 @@ def explain_documents(
             record = _record(document, texts[i], row, scoring, scores, classifier.label_names, bias)
             if depths:
                 record["rollout_depths"] = [_per_word(document, flow[row]) for flow in depths]
-            if all_classes:
-                record["contributions"] = {
-                    name: _per_word(document, scoring.contributions[row, :, c])
-                    for c, name in enumerate(classifier.label_names)
-                }
+            if classes != "predicted":
+                names = classifier.label_names
+                _add_contributions(record, document, scoring, row, names, classes, labels[i])
             if scoring.layer_weights and not document.truncated:
                 weights_row = _single_window_row(scoring, row)
                 short = len(document.alignment.word_spans) <= layer_map_max_words

@@ -6,14 +6,16 @@ A record (one JSON object per document, written by :func:`docclass.interpret.exp
 explain_documents`): ``id, text, words, spans`` (character spans of every word), ``words_read``,
 ``n_tokens, tokens_read, truncated, label`` (true, if known), ``predicted, probs, logits,
 contribution_bias, scores{method: [one score per word]}``; on request ``contributions{class:
-[...]}``; with more than one block ``rollout_depths`` (the rollout through the top 1, 2, …
-blocks, one score per word each; the full rollout is ``scores.rollout``); for short documents
-``layer_maps``; after measuring, ``faithfulness``. A document
-with nothing to classify gets ``predicted: null`` and ``error``.
+[...]}`` (of the classes worth contrasting, or of all) with ``contribution_mean`` (each word's
+mean contribution over all classes); with more than one block ``rollout_depths`` (the rollout
+through the top 1, 2, … blocks, one score per word each; the full rollout is
+``scores.rollout``); for short documents ``layer_maps``; after measuring, ``faithfulness``. A
+document with nothing to classify gets ``predicted: null`` and ``error``.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from collections.abc import Iterable
@@ -104,18 +106,51 @@ def compact(values: Iterable[float]) -> list[float | None]:
     return [float(f"{value:.6g}") if math.isfinite(value) else None for value in values]
 
 
+# What a record file keeps of a word score: 3 significant digits rank words as the pages show
+# them, and a report of 1,000 long documents stays tens of megabytes, not hundreds.
+FILE_DIGITS = 3
+_WORD_SCORE_KEYS = ("scores", "contributions", "contribution_mean", "rollout_depths")
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return float(f"{value:.{FILE_DIGITS}g}")
+    if isinstance(value, list):
+        return [_rounded(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _rounded(item) for key, item in value.items()}
+    return value
+
+
+def file_record(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` as a file keeps it: word scores to :data:`FILE_DIGITS` significant digits
+    (probabilities, logits and faithfulness figures as computed)."""
+    return {
+        key: _rounded(value) if key in _WORD_SCORE_KEYS else value for key, value in record.items()
+    }
+
+
+def _open_text(path: str | Path, mode: str):
+    # A ``.gz`` name is read and written compressed: numbers compress about threefold.
+    if str(path).endswith(".gz"):
+        return gzip.open(path, mode + "t", encoding="utf-8")
+    return open(path, mode, encoding="utf-8")
+
+
 def write_jsonl(records: Iterable[dict[str, Any]], path: str | Path) -> int:
-    """Write one record per line (UTF-8, non-ASCII kept); returns how many were written."""
+    """Write one record per line (UTF-8, non-ASCII kept; gzip-compressed when ``path`` ends in
+    ``.gz``); returns how many were written."""
     count = 0
-    with open(path, "w", encoding="utf-8") as handle:
+    with _open_text(path, "w") as handle:
         for record in records:
             # allow_nan=False: a non-finite number anywhere is a bug to see, not invalid JSON.
-            handle.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
+            line = json.dumps(record, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+            handle.write(line + "\n")
             count += 1
     return count
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """Read records written by :func:`write_jsonl`."""
-    with open(path, encoding="utf-8") as handle:
+    with _open_text(path, "r") as handle:
         return [json.loads(line) for line in handle if line.strip()]

@@ -1,5 +1,6 @@
 """Faithfulness measures against hand-computed values, and the planted-keyword corpus."""
 
+import gzip
 from collections import Counter
 
 import numpy as np
@@ -174,7 +175,7 @@ def test_report_with_rationales_scores_plausibility_and_finds_counterfactuals(pl
     # (those of the class the filler words lean to keep theirs, and flip a few words later).
     counterfactual = meta["checks"]["counterfactual"]
     assert counterfactual["share"] >= 0.6 and counterfactual["median_words"] == 1
-    records = [json.loads(line) for line in (out / "explanations.jsonl").open()]
+    records = [json.loads(line) for line in gzip.open(out / "explanations.jsonl.gz", "rt")]
     flipped = [(p, r) for p, r in enumerate(records) if r["counterfactual"]["k"]]
     for position, record in flipped:
         assert record["counterfactual"]["words"][0] == rows[position]["label"]

@@ -51,7 +51,7 @@ def test_words_are_exact_slices_of_the_original_text(text, words):
 
 
 def test_contributions_plus_bias_reproduce_the_logits_for_every_class():
-    records = explain_documents(tiny_classifier(), DOCUMENTS, all_classes=True)
+    records = explain_documents(tiny_classifier(), DOCUMENTS, classes="all")
     for record in records:
         for name in LABELS:
             total = sum(record["contributions"][name]) + record["contribution_bias"][name]

@@ -62,7 +62,7 @@ def test_minilm_run_end_to_end_on_a_tiny_slice(tmp_path):
     config = checkpoint["docclass"]["model_config"]
     assert (config["d_model"], config["n_layers"], config["norm"]) == (384, 6, "post")
     assert config["window_tokens"] == 16
-    records = read_jsonl(tmp_path / "report" / "explanations.jsonl")
+    records = read_jsonl(tmp_path / "report" / "explanations.jsonl.gz")
     assert len(records) == 6 and all(r["tokens_read"] == 48 for r in records)
     methods = set(records[0]["scores"])
     assert {"attention", "contribution", "grad_input", "rollout", "conservative"} <= methods
@@ -95,9 +95,10 @@ def test_minilm_run_end_to_end_on_a_tiny_slice(tmp_path):
     assert [len(layer) for layer in short["layer_maps"]] == [12] * 6
     assert len(short["layer_maps"][0][0]) == len(short["words"])
     assert "layer_maps" not in long and long["tokens_read"] == 48
-    # The same scores as the report's (batched with other documents there: float rounding).
+    # The same scores as the report's (batched with other documents there: float rounding;
+    # its file keeps 3 significant digits, within 0.5 % of each value).
     assert long["scores"]["conservative"] == pytest.approx(
-        records[0]["scores"]["conservative"], rel=1e-3, abs=1e-6
+        records[0]["scores"]["conservative"], rel=6e-3, abs=1e-6
     )
 
 
