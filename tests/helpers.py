@@ -1,6 +1,7 @@
 """Helpers shared by tests in different folders (fixtures live in conftest.py)."""
 
 import json
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -121,7 +122,7 @@ HARD_TEXTS = [
 
 
 class WordCollector(HTMLParser):
-    """The text of every ``<span class="w …">`` and of the ``#text`` block, as parsed."""
+    """The text of every word (``<b id=wN>``) and of the ``#text`` block, as parsed."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -136,7 +137,7 @@ class WordCollector(HTMLParser):
             self._depth = 1
         elif self._depth:
             self._depth += 1
-            if "w" in (attributes.get("class") or "").split():
+            if tag == "b" and (attributes.get("id") or "").startswith("w"):
                 self._word = int(attributes["id"][1:])
                 self.words[self._word] = {"text": "", **attributes}
 
@@ -150,6 +151,16 @@ class WordCollector(HTMLParser):
             self.text_parts.append(data)
             if self._word is not None:
                 self.words[self._word]["text"] += data
+
+
+def assert_only_the_reports_own_scripts(html):
+    """Every script of a page is its data block or one of the report folder's own files."""
+    opened = re.findall(r"<script[^>]*>", html)
+    assert len(opened) == html.count("</script>") <= 3
+    for tag in opened:
+        assert tag == '<script type="application/json" id="doc-data">' or re.fullmatch(
+            r'<script src="(\.\./)?assets/(document|index|methods)\.js">', tag
+        ), tag
 
 
 def parsed_page(path) -> WordCollector:

@@ -28,7 +28,7 @@ def test_fit_writes_metrics_figures_split_and_checkpoints(fitted):
     metrics = json.loads((fitted / "metrics.json").read_text())
     # Lightning's test loop and the report's word-score path read the test split separately:
     # the same documents must get the same predictions.
-    records = read_jsonl(fitted / "report" / "explanations.jsonl")
+    records = read_jsonl(fitted / "report" / "explanations.jsonl.gz")
     names = metrics["test"]["label_names"]
     matrix = [[0] * len(names) for _ in names]
     for record in records:
@@ -321,7 +321,7 @@ def test_console_script_help():
 def test_report_help_and_its_one_line_errors(capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
         run_cli("report", "--help")
-    assert exit_info.value.code == 0 and "--all_classes" in capsys.readouterr().out
+    assert exit_info.value.code == 0 and "--classes" in capsys.readouterr().out
     line = one_line_failure(
         capsys, "report", "--ckpt", str(tmp_path / "none.ckpt"), "--data", TINY, "--out", "x"
     )

@@ -2,7 +2,7 @@
 
 Glue between the parts that never meet: documents come from a config's split or from a data
 source, word scores from :mod:`docclass.interpret`, faithfulness from :mod:`docclass.evaluate`,
-pages from :mod:`docclass.report`. The records are written as ``explanations.jsonl`` beside the
+pages from :mod:`docclass.report`. The records are written as ``explanations.jsonl.gz`` beside the
 pages, so the pages can be rebuilt (or analysed) without the model.
 """
 
@@ -33,10 +33,16 @@ from docclass.inference.model_facts import run_dir_of
 from docclass.interpret.default_method import default_method
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.inputs import float32_classifier
-from docclass.interpret.records import HEAD_PREFIX, method_label, write_jsonl
+from docclass.interpret.records import HEAD_PREFIX, file_record, method_label, write_jsonl
 from docclass.metrics import classification_scores
 from docclass.report.figures import removal_curves_figure, save_png
-from docclass.report.html import FAITHFULNESS_FILE, REPORT_META, rewrite_report, write_report
+from docclass.report.html import (
+    EXPLANATIONS,
+    FAITHFULNESS_FILE,
+    REPORT_META,
+    rewrite_report,
+    write_report,
+)
 from docclass.train.datamodule import DocDataModule
 from docclass.train.lightning_cli import datamodule_from_config
 
@@ -287,7 +293,7 @@ def make_report(
     title: str = "docclass report",
     limit: int | None = None,
     batch_size: int = 16,
-    all_classes: bool = True,
+    classes: Literal["predicted", "contrast", "all"] = "contrast",
     device: str = "cpu",
     faithfulness: bool = True,
     max_documents: int | None = None,
@@ -295,7 +301,7 @@ def make_report(
     rationales: str | Path | None = None,
     faithfulness_documents: int | None = None,
 ) -> dict[str, Any]:
-    """Explain ``documents`` and write ``explanations.jsonl``, ``index.html`` and the pages.
+    """Explain ``documents`` and write ``explanations.jsonl.gz``, ``index.html`` and the pages.
 
     With ``faithfulness``, every document (or a class-stratified sample of
     ``faithfulness_documents``) also gets ERASER comprehensiveness and sufficiency for each
@@ -325,9 +331,7 @@ def make_report(
             classifier, texts, ids, labels, max_documents, device
         )
         subtitle = f"{subtitle} · {population['selection']}"
-    records = explain_documents(
-        classifier, texts, ids, labels, batch_size, all_classes, device=device
-    )
+    records = explain_documents(classifier, texts, ids, labels, batch_size, classes, device=device)
     explained = time.perf_counter()
     summary = (
         measure_faithfulness(
@@ -341,7 +345,7 @@ def make_report(
         classifier, texts, records, summary, counterfactuals, rationales, device
     )
     checked = time.perf_counter()
-    write_jsonl(records, out_dir / "explanations.jsonl")
+    write_jsonl(map(file_record, records), out_dir / EXPLANATIONS)
     index = write_report(
         records,
         out_dir,
@@ -458,7 +462,7 @@ def report_command(
     label_column: str | None = "label",
     limit: PositiveInt | None = None,
     batch_size: PositiveInt = 16,
-    all_classes: bool = True,
+    classes: Literal["predicted", "contrast", "all"] = "contrast",
     device: str = "cpu",
     faithfulness: bool = True,
     max_documents: PositiveInt | None = REPORT_MAX_DOCUMENTS,
@@ -467,7 +471,7 @@ def report_command(
     faithfulness_documents: PositiveInt | None = None,
 ) -> dict[str, Any]:
     """Explain documents with a trained checkpoint and write a standalone HTML report:
-    index.html, one page per document, explanations.jsonl.
+    index.html, one page per document, explanations.jsonl.gz.
 
     Args:
         ckpt: checkpoint written by 'docclass fit', a folder written by 'docclass export', or
@@ -480,8 +484,10 @@ def report_command(
         label_column: label column of a data file; null for unlabelled documents.
         limit: explain only the first N documents.
         batch_size: documents per forward pass.
-        all_classes: store every word's contribution to every class: the pages explain any
-            class and contrast two, the index contrasts confused classes (false: smaller files).
+        classes: whose contributions each document keeps beside its predicted class's:
+            'contrast' (the most probable classes, up to 5 holding 99.9 % of the probability,
+            and the true class: what the pages contrast and the index's confused pairs use),
+            'all' (every class: files grow with the class count) or 'predicted' (none).
         device: cpu, cuda, cuda:1, ...
         faithfulness: measure each method's ERASER comprehensiveness per document (the pages'
             badges and the index's table); several times the cost of explaining.
@@ -499,15 +505,16 @@ def report_command(
     if rationales:
         read_rationales(rationales)  # a bad file fails now, not after the explaining
     documents = load_documents(data, ckpt, split, text_column, label_column)
+    run_dir = run_dir_of(ckpt)
     summary = make_report(
         load_classifier(ckpt),
         documents,
         out,
-        run_dir=run_dir_of(ckpt),
-        title=f"docclass report · {Path(ckpt).name}",
+        run_dir=run_dir,
+        title=f"docclass report · {model_name(ckpt, run_dir)} · {split}",
         limit=limit,
         batch_size=batch_size,
-        all_classes=all_classes,
+        classes=classes,
         device=device,
         faithfulness=faithfulness,
         max_documents=max_documents,
@@ -520,6 +527,15 @@ def report_command(
         f"→ {summary['index']}"
     )
     return summary
+
+
+def model_name(ckpt: str, run_dir: Path | None) -> str:
+    """What a report is titled after: the training run's folder name (``reports/bbc`` → "bbc")
+    or an export folder's or hub repository's name, never a checkpoint file's ("last.ckpt")."""
+    if run_dir is not None:
+        return run_dir.name
+    path = Path(ckpt.removeprefix("hub:").split("@")[0])
+    return path.parent.name if path.suffix == ".ckpt" and path.parent.name else path.name
 
 
 def faithfulness_command(
@@ -577,7 +593,7 @@ def faithfulness_command(
     tables = {removal: result["aopc"] for removal, result in figures["removal"].items()}
     save_png(removal_curves_figure(tables, FRACTIONS), folder / "faithfulness.png")
     meta = folder / REPORT_META
-    if meta.is_file() and (folder / "explanations.jsonl").is_file():
+    if meta.is_file() and (folder / EXPLANATIONS).is_file():
         if json.loads(meta.read_text(encoding="utf-8")).get("weights") == classifier.fingerprint:
             figures["report"] = str(rewrite_report(folder))
         else:

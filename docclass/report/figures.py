@@ -79,7 +79,8 @@ def read_metric_log(path: str | Path) -> dict[str, list[tuple[float, float]]]:
 def training_curves_figure(metric_log: str | Path) -> plt.Figure:
     """Loss (train per step and per epoch, validation) and validation accuracy / macro-F1."""
     series = read_metric_log(metric_log)
-    figure, (loss_axes, score_axes) = plt.subplots(1, 2, figsize=(11, 4))
+    # Wide, for the index's full width: at half a column its labels could not be read.
+    figure, (loss_axes, score_axes) = plt.subplots(1, 2, figsize=(12, 4.5))
     for key, style in (("train/loss_step", ":"), ("train/loss_epoch", "-o"), ("val/loss", "-s")):
         if key in series:
             steps, values = zip(*series[key], strict=True)

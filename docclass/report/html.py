@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import string
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -19,9 +20,11 @@ from typing import Any
 
 import numpy as np
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2.utils import htmlsafe_json_dumps
 
 from docclass.interpret.default_method import DefaultMethod, default_method
 from docclass.interpret.records import (
+    HEAD_PREFIX,
     METHODS,
     RECORD_METHODS,
     REMOVAL_LABELS,
@@ -30,8 +33,8 @@ from docclass.interpret.records import (
     read_jsonl,
 )
 from docclass.metrics import classification_scores
+from docclass.report.classes import MATRIX_CLASSES, class_rows, matrix_view, pair_rows
 from docclass.report.figures import (
-    confusion_matrix_figure,
     entropy_histogram_figure,
     png_data_uri,
     removal_curves_figure,
@@ -47,23 +50,42 @@ from docclass.report.summaries import (
     sentences,
 )
 
+# Page scores are integers up to this size relative to the largest of their method, each
+# written as two of these 64 digits (packed()); document.js reads them back.
+SCORE_STEPS = 2047
+PACK_DIGITS = string.ascii_uppercase + string.ascii_lowercase + string.digits + "+/"
+# Past this many classes a page shows the TOP_BARS most probable and one bar for the rest.
+MANY_BARS = 8
+TOP_BARS = 5
+# Style sheet and scripts, written once into the report folder and shared by every page.
+ASSETS_DIR = "assets"
+ASSETS = ("report.css", "document.js", "index.js")
+METHODS_SCRIPT = "methods.js"
+
+# Median document length (words) at or below which a top-10 overlap says nothing.
+SHORT_FOR_TOP_10 = 20
 # Documents with more words than this get the minimap and the sentence view.
 LONG_DOCUMENT_WORDS = 150
 MINIMAP_BINS = 80
 TOP_SENTENCES = 8
 
 REPORT_META = "report.json"
+# The records the pages were made from, one JSON object per line, compressed.
+EXPLANATIONS = "explanations.jsonl.gz"
 FAITHFULNESS_FILE = "faithfulness.json"
 
 
 def _environment() -> Environment:
-    return Environment(
+    environment = Environment(
         loader=PackageLoader("docclass.report", "templates"),
         autoescape=True,  # every template, whatever its name: no page may carry raw text
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    # tojson without the space after every comma: one byte per number of a page's scores.
+    environment.policies["json.dumps_kwargs"] = {"sort_keys": True, "separators": (",", ":")}
+    return environment
 
 
 def _docclass_version() -> str:
@@ -110,42 +132,56 @@ def _method_options(record: dict, pool_heads: int) -> list[dict[str, str]]:
     return options
 
 
-def _bins(n_words: int) -> list[list[int]]:
-    size = max(1, math.ceil(n_words / MINIMAP_BINS))
-    return [[start, min(start + size, n_words)] for start in range(0, n_words, size)]
+def _bin_words(n_words: int) -> int:
+    return max(1, math.ceil(n_words / MINIMAP_BINS))
 
 
-def _pieces(
-    record: dict, scores: Sequence[float] | None, signed: bool, label: str
-) -> list[dict[str, Any]]:
-    """The text cut into gaps and words, each word with its initial shade and tooltip."""
+def _pieces(record: dict) -> list[dict[str, Any]]:
+    """The text cut into gaps and the words read, then the cut and the unread rest as one
+    piece. The page's script shades the words and writes their tooltips: a tooltip per word in
+    the file doubled a long document's page, and a 5,000-word article read to its 980th word
+    made a 450 KB page of words no score touches."""
     text, read = record["text"], record["words_read"]
-    top = max((abs(s) for s in (scores or [])[:read]), default=0.0)
-    order = sorted(range(read), key=lambda i: -scores[i]) if scores else []
-    rank = {word: position + 1 for position, word in enumerate(order)}
+    spans = record["spans"]
     pieces: list[dict[str, Any]] = []
     cursor = 0
-    for i, (start, end) in enumerate(record["spans"]):
+    for i, (start, end) in enumerate(spans[:read]):
         if start > cursor:
             pieces.append({"kind": "gap", "text": text[cursor:start]})
-        if i == read and record.get("truncated"):
-            pieces.append({"kind": "cut"})
-        piece: dict[str, Any] = {"kind": "word", "i": i, "text": text[start:end]}
-        if i >= read or not scores:
-            piece.update(unread=True, neg=False, s=0, title="not read: past the token limit")
-        else:
-            value = scores[i]
-            piece.update(
-                unread=False,
-                neg=signed and value < 0,
-                s=f"{abs(value) / top:.3f}" if top > 0 else "0",
-                title=f"{label} {value:.4f} · rank {rank[i]} of {read}",
-            )
-        pieces.append(piece)
+        pieces.append({"kind": "word", "i": i, "text": text[start:end]})
         cursor = max(cursor, end)
-    if cursor < len(text):
+    if read < len(spans):
+        start = max(cursor, spans[read][0])
+        if start > cursor:
+            pieces.append({"kind": "gap", "text": text[cursor:start]})
+        if record.get("truncated"):
+            pieces.append({"kind": "cut"})
+        pieces.append({"kind": "unread", "text": text[start:]})
+    elif cursor < len(text):
         pieces.append({"kind": "gap", "text": text[cursor:]})
     return pieces
+
+
+def packed(values: Sequence[float]) -> tuple[str, float]:
+    """Scores as a string of two characters per word and the scale that turns them back.
+
+    Each value becomes an integer ``q`` in ``[-SCORE_STEPS, SCORE_STEPS]`` relative to the
+    largest magnitude (``value ≈ q · scale``), written as two base-64 digits of ``q +
+    SCORE_STEPS + 1``: 1/2,047 of the largest, finer than any shade or tooltip shows, in two
+    characters where a JSON float took seven to ten."""
+    top = max((abs(v) for v in values), default=0.0)
+    scale = top / SCORE_STEPS if top > 0 else 0.0
+    codes = [round(v / scale) + SCORE_STEPS + 1 if scale else SCORE_STEPS + 1 for v in values]
+    return "".join(PACK_DIGITS[code >> 6] + PACK_DIGITS[code & 63] for code in codes), scale
+
+
+def _bars(probs: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """The probability bars: every class, or past :data:`MANY_BARS` the top ones and one bar
+    for the rest (a reader of a 150-class page wants the contenders, not 150 bars)."""
+    if len(probs) <= MANY_BARS:
+        return probs
+    rest = probs[TOP_BARS:]
+    return [*probs[:TOP_BARS], (f"{len(rest)} other classes", sum(p for _, p in rest))]
 
 
 def _document_page(
@@ -158,9 +194,9 @@ def _document_page(
 ) -> str:
     scores = dict(record.get("scores", {}))
     for name, values in record.get("contributions", {}).items():
-        scores[f"contribution:{name}"] = values
-    # Four significant digits are what a tooltip shows; the JSONL keeps the full record.
-    scores = {name: [float(f"{v:.4g}") for v in values] for name, values in scores.items()}
+        # The predicted class's contributions are scores.contribution: the page aliases them.
+        if name != record.get("predicted"):
+            scores[f"contribution:{name}"] = values
     long_view = record["words_read"] > LONG_DOCUMENT_WORDS or len(record["words"]) > (
         LONG_DOCUMENT_WORDS
     )
@@ -168,58 +204,67 @@ def _document_page(
     depths = record.get("rollout_depths") or []
     probs = sorted(record.get("probs", {}).items(), key=lambda item: -item[1])
     first = shown_first.method if shown_first.method in scores else "attention"
-    signed = first in SIGNED_METHODS
     return environment.get_template("document.html.j2").render(
         record={**record, "error": record.get("error"), "tokens_read": _tokens_read(record)},
         confidence=_confidence(record),
-        probs=probs,
+        probs=_bars(probs),
         methods=_method_options(record, pool_heads),
         pool_heads=pool_heads,
         rollout_depths=len(depths),
         long_view=long_view,
-        bin_words=data["bins"][0][1] if data["bins"] else 0,
+        bin_words=data["bin_words"],
         contrast_classes=list(record.get("contributions", {})),
         runner_up=probs[1][0] if len(probs) > 1 else None,
         method_labels={key: info.label for key, info in METHODS.items()},
-        pieces=_pieces(record, scores.get(first), signed=signed, label=method_label(first)),
-        initial_signed=signed,
+        pieces=_pieces(record),
+        initial_signed=first in SIGNED_METHODS,
         shown_first=shown_first,
         first_method=first,
         data=data,
         index_href=index_href,
+        assets="../" + ASSETS_DIR + "/",
         **common,
     )
 
 
 def _page_data(record: dict, scores: dict[str, list[float]], long_view: bool) -> dict[str, Any]:
-    """What a document page's script reads: its scores (``scores`` gains the rollout depths),
-    logits, sentences of a long document, faithfulness and layer maps."""
+    """What a document page's script reads: its scores :func:`packed` with a scale each
+    (``scores`` gains the rollout depths), logits, sentences of a long document, faithfulness
+    and layer maps."""
+    read = record["words_read"]
+    # The page scores only what the model read (the rest is zero, and shown as plain text).
+    scores = {name: values[:read] for name, values in scores.items()}
+    depths = record.get("rollout_depths") or []
+    for depth, values in enumerate(depths, start=1):
+        scores[f"rollout_depth{depth}"] = values[:read]
+    if any(name.startswith(HEAD_PREFIX) for name in scores):
+        # Pool attention is the mean of its heads' (the page's script takes it again).
+        scores.pop("attention", None)
+    packs = {name: packed(values) for name, values in scores.items()}
     data: dict[str, Any] = {
+        "predicted": record.get("predicted"),
         "logits": record.get("logits", {}),
         "bias": record.get("contribution_bias", {}),
         "n_words": len(record["words"]),
         "words_read": record["words_read"],
-        "scores": scores,
-        "signed": list(SIGNED_METHODS),
-        "help": {key: METHODS[key].help for key in RECORD_METHODS},
+        "scores": {name: text for name, (text, _) in packs.items()},
+        "scale": {name: scale for name, (_, scale) in packs.items()},
         "top_sentences": TOP_SENTENCES,
-        "bins": _bins(len(record["words"])) if long_view else [],
-        "sentences": [],
+        # The minimap's words per cell; the page cuts the document into cells of this size.
+        "bin_words": _bin_words(len(record["words"])) if long_view else 0,
+        # [first word, end word) of each sentence read: the page takes their text from its own.
+        "sentences": [[first, min(end, read)] for first, end in sentences(record) if first < read]
+        if long_view
+        else [],
     }
-    if long_view:
-        spans, text = record["spans"], record["text"]
-        for first, end in sentences(record):
-            sentence = text[spans[first][0] : spans[end - 1][1]]
-            data["sentences"].append([first, end, " ".join(sentence.split())[:300]])
     if record.get("faithfulness"):
         data["faithfulness"] = _page_faithfulness(record["faithfulness"]["methods"])
-    depths = record.get("rollout_depths") or []
-    for depth, values in enumerate(depths, start=1):
-        scores[f"rollout_depth{depth}"] = values
     if record.get("layer_maps"):
         # Drawn by the page on <canvas>: a matplotlib figure per document, with a tick label per
         # word, took about a second each, too slow for corpora of short texts.
-        data["layer_maps"] = record["layer_maps"]
+        data["layer_maps"] = [
+            [packed(sum(head, [])) for head in layer] for layer in record["layer_maps"]
+        ]
         data["map_words"] = record["words"][: record["words_read"]]
     return data
 
@@ -348,33 +393,15 @@ def write_report(
     common["faithfulness_sample"] = measured.get("sample")
     shown_first = default_method(measured.get("methods"), measured.get("documents", 0))
     hrefs = [f"{documents_dir}/{document_filename(p)}" for p in range(len(records))]
+    _write_assets(environment, out_dir / ASSETS_DIR)
     for position, record in enumerate(records):
         page = _document_page(environment, record, pool_heads, "../index.html", common, shown_first)
         (out_dir / documents_dir / document_filename(position)).write_text(page, encoding="utf-8")
-    index = environment.get_template("index.html.j2").render(
-        title=title,
-        subtitle=subtitle,
-        summary=_summary(records, label_names, population),
-        population=population,
-        low_confidence=LOW_CONFIDENCE,
-        run_metrics=_run_metrics(run_dir),
-        figures=_index_figures(records, label_names, run_dir, faithfulness, pool_heads, population),
-        method_help=[
-            {"name": METHODS[key].label, "text": METHODS[key].help} for key in RECORD_METHODS
-        ],
-        lexicon=class_lexicon(records, label_names, hrefs, shown_first.method),
-        contrasts=contrastive_lexicon(records, label_names, hrefs),
-        confusion_cells=confusion_cells(records, label_names, hrefs),
-        label_names=label_names,
-        rows=_index_rows(records, documents_dir),
-        trust=_trust_section(faithfulness, out_dir, weights),
-        shown_first=shown_first,
-        checks=_checks_section(checks or {}),
-        method_labels={key: METHODS[key].label for key in METHODS},
-        **common,
-    )
+    context = dict(title=title, subtitle=subtitle, population=population, run_dir=run_dir)
+    context.update(faithfulness=faithfulness, checks=checks or {}, weights=weights, common=common)
+    index = _index_page(environment, records, label_names, hrefs, documents_dir, out_dir, context)
     (out_dir / "index.html").write_text(index, encoding="utf-8")
-    # What rewrite_report needs to render the same report again from explanations.jsonl.
+    # What rewrite_report needs to render the same report again from its records.
     meta = dict(title=title, subtitle=subtitle, label_names=label_names, run_dir=run_dir)
     meta.update(run_dir=str(run_dir) if run_dir else None, documents_dir=documents_dir)
     meta.update(faithfulness=faithfulness, population=population, checks=checks, weights=weights)
@@ -382,21 +409,92 @@ def write_report(
     return out_dir / "index.html"
 
 
-def _index_figures(
+def _index_page(
+    environment: Environment,
     records: Sequence[dict],
     label_names: list[str],
+    hrefs: list[str],
+    documents_dir: str,
+    out_dir: Path,
+    context: dict[str, Any],
+) -> str:
+    """``index.html``: headline, trust, per-class views, word lists, errors and the table of
+    documents (``context``: :func:`write_report`'s title, subtitle, population, run_dir,
+    faithfulness, checks, weights and the pages' common fields)."""
+    population, faithfulness = context["population"], context["faithfulness"]
+    measured = faithfulness or {}
+    shown_first = default_method(measured.get("methods"), measured.get("documents", 0))
+    matrix = confusion(records, label_names)
+    cells = confusion_cells(records, label_names, hrefs)
+    # Past MATRIX_CLASSES classes the lists are shorter: 150 full lists made the index 1.1 MB.
+    shorter = dict(k=8, per_word=3) if len(label_names) > MATRIX_CLASSES else {}
+    lexicon = class_lexicon(records, label_names, hrefs, shown_first.method, **shorter)
+    classes = class_rows(matrix, label_names) if matrix is not None else []
+    return environment.get_template("index.html.j2").render(
+        title=context["title"],
+        subtitle=context["subtitle"],
+        summary=_summary(records, label_names, population),
+        population=population,
+        low_confidence=LOW_CONFIDENCE,
+        run_metrics=_run_metrics(context["run_dir"]),
+        figures=_index_figures(records, context["run_dir"], faithfulness, pool_heads_of(records)),
+        method_help=[
+            {"name": METHODS[key].label, "text": METHODS[key].help} for key in RECORD_METHODS
+        ],
+        lexicon=lexicon,
+        lexicon_listed=sum(bool(entry["rows"]) for entry in lexicon.values()),
+        lexicon_first=_first_listed(lexicon, classes),
+        many_classes=MATRIX_CLASSES,
+        classes=classes,
+        matrix=matrix_view(matrix, label_names) if matrix is not None else None,
+        pairs=pair_rows(cells, matrix, label_names) if matrix is not None else [],
+        contrasts=contrastive_lexicon(records, label_names, hrefs),
+        confusion_cells=cells,
+        label_names=label_names,
+        rows=_index_rows(records, documents_dir),
+        trust=_trust_section(faithfulness, out_dir, context["weights"]),
+        shown_first=shown_first,
+        checks=_checks_section(context["checks"], records),
+        method_labels={key: METHODS[key].label for key in METHODS},
+        assets=ASSETS_DIR + "/",
+        **context["common"],
+    )
+
+
+def _first_listed(lexicon: dict[str, dict[str, Any]], classes: list[dict[str, Any]]) -> str | None:
+    """The class whose word list a many-class index shows first: the worst F1 with a list."""
+    for row in classes:
+        if lexicon.get(row["name"], {}).get("rows"):
+            return row["name"]
+    return next(iter(lexicon), None)
+
+
+def _write_assets(environment: Environment, folder: Path) -> None:
+    """The style sheet and scripts every page loads: once per report, not once per page (14 KB
+    a page, 14 MB over a 1,000-document report)."""
+    folder.mkdir(exist_ok=True)
+    for name in ASSETS:
+        source, _, _ = environment.loader.get_source(environment, name)
+        (folder / name).write_text(source, encoding="utf-8")
+    shared = {
+        "help": {key: METHODS[key].help for key in RECORD_METHODS},
+        "signed": list(SIGNED_METHODS),
+    }
+    # The project's own strings; htmlsafe_json_dumps escapes < > & all the same.
+    script = f"window.DOCCLASS_METHODS = {htmlsafe_json_dumps(shared)};\n"
+    (folder / METHODS_SCRIPT).write_text(script, encoding="utf-8")
+
+
+def _index_figures(
+    records: Sequence[dict],
     run_dir: Path | None,
     faithfulness: dict[str, Any] | None,
     pool_heads: int,
-    population: dict[str, Any] | None = None,
 ) -> dict[str, str]:
-    """The index's figures as PNG data URIs: confusion matrix, training curves, removal curves
-    and the pool heads' attention entropy, each when its data exists."""
+    """The index's figures as PNG data URIs: training curves, removal curves and the pool
+    heads' attention entropy, each when its data exists. (The confusion matrix is an HTML
+    table: as a PNG it was 5.5 MB and unreadable at 150 classes.)"""
     figures: dict[str, str] = {}
-    matrix = confusion(records, label_names)
-    if matrix is not None:
-        shown = "shown sample" if population else "report"
-        figures["confusion"] = png_data_uri(confusion_matrix_figure(matrix, label_names, shown))
     metric_log = _metric_log(run_dir)
     if metric_log is not None:
         figures["curves"] = png_data_uri(training_curves_figure(metric_log))
@@ -437,15 +535,17 @@ def _index_rows(records: Sequence[dict], documents_dir: str) -> list[dict[str, A
 
 
 def rewrite_report(out_dir: str | Path) -> Path:
-    """Render a written report again from its ``explanations.jsonl`` (after
+    """Render a written report again from its ``explanations.jsonl.gz`` (after
     ``docclass faithfulness`` has added its figures to the folder, say)."""
     out_dir = Path(out_dir)
     meta = json.loads((out_dir / REPORT_META).read_text(encoding="utf-8"))
-    return write_report(read_jsonl(out_dir / "explanations.jsonl"), out_dir, **meta)
+    return write_report(read_jsonl(out_dir / EXPLANATIONS), out_dir, **meta)
 
 
-def _checks_section(checks: dict[str, Any]) -> dict[str, Any]:
-    """Counterfactual, agreement and plausibility summaries as strings for the index."""
+def _checks_section(checks: dict[str, Any], records: Sequence[dict]) -> dict[str, Any]:
+    """Counterfactual, agreement and plausibility summaries as strings for the index. The top-10
+    overlap is left out where the median document has at most :data:`SHORT_FOR_TOP_10` words:
+    there the top 10 is most of the words, and any two methods share it."""
     section: dict[str, Any] = {}
     counterfactual = checks.get("counterfactual")
     if counterfactual and counterfactual["documents"]:
@@ -459,8 +559,12 @@ def _checks_section(checks: dict[str, Any]) -> dict[str, Any]:
         }
     agreement = checks.get("agreement")
     if agreement and agreement["documents"]:
+        read = [r["words_read"] for r in records if r.get("predicted") is not None]
+        median_words = int(np.median(read)) if read else 0
         section["agreement"] = {
             "documents": agreement["documents"],
+            "median_words": median_words,
+            "short": median_words <= SHORT_FOR_TOP_10,
             "rows": [
                 (
                     " · ".join(method_label(name) for name in pair.split("|")),

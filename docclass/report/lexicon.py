@@ -21,6 +21,17 @@ from docclass.report.summaries import word_key
 
 # Documents listed under a word when a reader opens it.
 DOCUMENTS_PER_WORD = 5
+# A word counts as a class's evidence when it weighs in this many of the class's documents, or
+# in FEW_DOCUMENTS_THRESHOLD where the class has fewer than FEW_DOCUMENTS: a test split of short
+# requests often holds two or three documents a class, where no word reaches three.
+MIN_DOCUMENTS = 3
+FEW_DOCUMENTS = 10
+FEW_DOCUMENTS_THRESHOLD = 2
+
+
+def evidence_threshold(documents: int) -> int:
+    """Documents a word must weigh in to be listed, for a class (or pair) of ``documents``."""
+    return MIN_DOCUMENTS if documents >= FEW_DOCUMENTS else FEW_DOCUMENTS_THRESHOLD
 
 
 def _is_word(word: str) -> bool:
@@ -35,6 +46,7 @@ def _tally(
     k: int,
     min_documents: int,
     hrefs: Sequence[str],
+    per_word: int = DOCUMENTS_PER_WORD,
 ) -> list[dict[str, Any]]:
     """The ``k`` words with the largest mean score per occurrence over the chosen records
     (among words in ``min_documents`` documents or more), each with its total, how many
@@ -63,9 +75,7 @@ def _tally(
             "documents": len(per_document[key]),
             "top_documents": [
                 {"id": str(records[n]["id"]), "href": hrefs[n], "score": score}
-                for n, score in sorted(per_document[key].items(), key=lambda kv: -kv[1])[
-                    :DOCUMENTS_PER_WORD
-                ]
+                for n, score in sorted(per_document[key].items(), key=lambda kv: -kv[1])[:per_word]
             ],
         }
         for key in total
@@ -82,11 +92,9 @@ def _class_scores(record: dict, name: str, method: str) -> Sequence[float] | Non
     scores when ``name`` is the prediction."""
     contributions = record.get("contributions", {})
     if method == "contribution" and name in contributions:
-        columns = list(contributions.values())
-        return [
-            own - sum(values) / len(columns)
-            for own, values in zip(contributions[name], zip(*columns, strict=True), strict=True)
-        ]
+        # Over every class, not only the ones the record keeps: explain_documents stores it.
+        mean = record["contribution_mean"]
+        return [own - average for own, average in zip(contributions[name], mean, strict=True)]
     if record.get("predicted") == name:
         return record.get("scores", {}).get(method)
     return None
@@ -98,22 +106,43 @@ def class_lexicon(
     hrefs: Sequence[str],
     method: str = "contribution",
     k: int = 12,
-    min_documents: int = 3,
-) -> dict[str, list[dict[str, Any]]]:
-    """Per class, over the documents predicted as that class: the words with the largest total
-    ``method`` score toward it (signed methods: only what pushed toward the class counts)."""
+    per_word: int = DOCUMENTS_PER_WORD,
+) -> dict[str, dict[str, Any]]:
+    """Per class predicted at least once: over the documents predicted as that class, the words
+    with the largest mean ``method`` score toward it (signed methods: only what pushed toward
+    the class counts), among words in :func:`evidence_threshold` documents. Each class gives
+    ``rows``, ``documents``, ``min_documents`` and, when it has no rows, the ``reason``."""
     lexicon = {}
     for name in label_names:
         chosen = [i for i, r in enumerate(records) if r.get("predicted") == name]
-        if chosen:
-            lexicon[name] = _tally(
-                records,
-                chosen,
-                lambda r, n=name: _class_scores(r, n, method),
-                k,
-                min_documents,
-                hrefs,
+        if not chosen:
+            continue
+        threshold = evidence_threshold(len(chosen))
+        rows = _tally(
+            records,
+            chosen,
+            lambda r, n=name: _class_scores(r, n, method),
+            k,
+            threshold,
+            hrefs,
+            per_word,
+        )
+        reason = None
+        if len(chosen) < threshold:
+            reason = (
+                f"only {len(chosen)} document is predicted as this class; a word needs "
+                f"{threshold} to count as evidence"
             )
+        elif not rows:
+            reason = (
+                f"no word pushed toward this class in {threshold} of its {len(chosen)} documents"
+            )
+        lexicon[name] = {
+            "rows": rows,
+            "documents": len(chosen),
+            "min_documents": threshold,
+            "reason": reason,
+        }
     return lexicon
 
 
@@ -142,24 +171,28 @@ def contrastive_lexicon(
     label_names: Sequence[str],
     hrefs: Sequence[str],
     k: int = 10,
-    min_documents: int = 3,
     n_pairs: int = 3,
 ) -> list[dict[str, Any]]:
     """For the most confused pairs (a, b): over the documents labelled or predicted as either,
-    the words that pushed toward a rather than b, and toward b rather than a."""
+    the words that pushed toward a rather than b, and toward b rather than a (among the
+    documents that keep both classes' contributions)."""
     pairs = []
     for a, b, errors in confused_pairs(records, label_names, n_pairs):
         chosen = [
             i
             for i, r in enumerate(records)
-            if {r.get("label"), r.get("predicted")} & {a, b} and r.get("predicted") is not None
+            if {r.get("label"), r.get("predicted")} & {a, b}
+            and r.get("predicted") is not None
+            and {a, b} <= set(r.get("contributions", {}))
         ]
+        min_documents = evidence_threshold(len(chosen))
         pairs.append(
             {
                 "a": a,
                 "b": b,
                 "errors": errors,
                 "documents": len(chosen),
+                "min_documents": min_documents,
                 "toward_a": _tally(
                     records, chosen, lambda r, a=a, b=b: _difference(r, a, b), k, min_documents,
                     hrefs,

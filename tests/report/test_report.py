@@ -6,7 +6,14 @@ import re
 import shutil
 
 import pytest
-from helpers import CONFIGS, DOCUMENTS, LABELS, parsed_page, tiny_classifier
+from helpers import (
+    CONFIGS,
+    DOCUMENTS,
+    LABELS,
+    assert_only_the_reports_own_scripts,
+    parsed_page,
+    tiny_classifier,
+)
 
 from docclass.cli import main
 from docclass.evaluate.agreement import add_agreement
@@ -26,11 +33,18 @@ from docclass.interpret.explain import explain_documents
 from docclass.interpret.records import RECORD_METHODS, method_label, read_jsonl
 from docclass.report.html import (
     LONG_DOCUMENT_WORDS,
+    PACK_DIGITS,
     REPORT_META,
     document_filename,
+    packed,
     write_report,
 )
-from docclass.report.lexicon import class_lexicon, confusion_cells, contrastive_lexicon
+from docclass.report.lexicon import (
+    class_lexicon,
+    confusion_cells,
+    contrastive_lexicon,
+    evidence_threshold,
+)
 from docclass.report.summaries import document_order, sentences
 
 HOSTILE = [
@@ -50,7 +64,7 @@ def report(tmp_path_factory):
         texts,
         doc_ids=["<i>hostile</i>.txt", "two", "long", "short", "truncated"],
         labels=["markets", "sport", "tech", "markets", "sport"],
-        all_classes=True,
+        classes="all",
     )
     summary = measure_faithfulness(classifier, texts, records)
     shown_first = default_method(summary["methods"], summary["documents"])
@@ -68,12 +82,11 @@ def test_every_word_of_every_document_is_on_its_page_escaped_and_shaded(report):
     assert len(list((out / "docs").glob("doc-*.html"))) == len(records)
     for position, record in enumerate(records):
         page = parsed_page(out / "docs" / document_filename(position))
-        assert [page.words[i]["text"] for i in sorted(page.words)] == record["words"]
-        for i, word in page.words.items():
-            if i < record["words_read"]:
-                assert word["style"].startswith("--s:") and "rank" in word["title"]
-            else:
-                assert "unread" in word["class"]
+        # The words read are elements, shaded and given tooltips by the page's script (the
+        # browser tests check it); the unread rest is one grey block of text after the cut.
+        read = record["words_read"]
+        assert [page.words[i]["text"] for i in sorted(page.words)] == record["words"][:read]
+        assert all("style" not in word for word in page.words.values())
         shown = "".join(page.text_parts)
         if record["truncated"]:
             assert "not seen" in shown
@@ -91,9 +104,9 @@ def test_document_text_never_becomes_markup(report):
         html = path.read_text(encoding="utf-8")
         assert "<script>window" not in html and "<img src=x" not in html
         assert "<i>hostile" not in html and "<b>bold" not in html
-        assert html.count("<script") == html.count("</script>") <= 2  # the report's own
+        assert_only_the_reports_own_scripts(html)
     first = (out / "docs" / document_filename(0)).read_text(encoding="utf-8")
-    assert ">&lt;</span>" in first  # each "<" of the text is a word, shown as a character
+    assert ">&lt;</b>" in first  # each "<" of the text is a word, shown as a character
     assert "<h1>&lt;i&gt;hostile&lt;/i&gt;.txt</h1>" in first
     assert "\\u003c" in first and '"<"' not in first  # the JSON block (map labels) too
     assert "&lt;i&gt;hostile&lt;/i&gt;.txt" in (out / "index.html").read_text(encoding="utf-8")
@@ -178,10 +191,13 @@ def test_sentences_cover_every_word_once_in_order():
 
 
 def lexicon_record(number, words, label, predicted, contributions):
+    columns = zip(*contributions.values(), strict=True)
+    mean = [sum(values) / len(contributions) for values in columns]
     return {
         "id": f"d{number}", "words": words, "words_read": len(words), "label": label,
         "predicted": predicted, "probs": {predicted: 0.9},
         "scores": {"contribution": contributions[predicted]}, "contributions": contributions,
+        "contribution_mean": mean,
     }  # fmt: skip
 
 
@@ -198,7 +214,9 @@ def test_lexicon_ranks_words_by_their_share_toward_the_class_with_their_document
                        {"business": [0.0, 0.1, 0.0, 0.9], "tech": [0.0, 0.3, 0.0, 0.1]}),
     ]  # fmt: skip
     hrefs = ["docs/a.html", "docs/b.html", "docs/c.html"]
-    (rows,) = class_lexicon(records, ["business", "tech"], hrefs).values()
+    (entry,) = class_lexicon(records, ["business", "tech"], hrefs).values()
+    rows = entry["rows"]
+    assert (entry["documents"], entry["min_documents"], entry["reason"]) == (3, 2, None)
     # Toward business = contribution to business minus the mean over both classes. "the"
     # pushed away from business in total: not a word that decided for it.
     assert [row["word"] for row in rows] == ["rates", "again", "fell"]
@@ -207,8 +225,9 @@ def test_lexicon_ranks_words_by_their_share_toward_the_class_with_their_document
     assert rows[0]["documents"] == 3
     assert [d["href"] for d in rows[0]["top_documents"]] == ["docs/a.html", "docs/b.html",
                                                              "docs/c.html"]  # fmt: skip
-    # Below three documents a word is not listed.
-    assert class_lexicon(records[:2], ["business", "tech"], hrefs) == {"business": []}
+    # A class of one document has no list, and says why.
+    (alone,) = class_lexicon(records[:1], ["business", "tech"], hrefs).values()
+    assert alone["rows"] == [] and alone["reason"].startswith("only 1 document")
     (pair,) = contrastive_lexicon(records, ["business", "tech"], hrefs)
     assert (pair["a"], pair["b"], pair["errors"]) == ("business", "tech", 1)
     # rates: (1.0+1.0) + (2.0-0.5) + (0.1-0.3) = 3.3 toward business rather than tech.
@@ -220,15 +239,38 @@ def test_lexicon_ranks_words_by_their_share_toward_the_class_with_their_document
     assert [w["word"] for w in cell["documents"][0]["words"]] == ["again"]
 
 
+def test_page_scores_are_packed_to_a_2047th_of_their_largest():
+    values = [0.0, 1.5, -3.0, 1e-9, 2.9999, -1e-4]
+    text, scale = packed(values)
+    assert len(text) == 2 * len(values) and scale == pytest.approx(3.0 / 2047)
+    codes = [
+        PACK_DIGITS.index(a) * 64 + PACK_DIGITS.index(b)
+        for a, b in zip(text[::2], text[1::2], strict=True)
+    ]
+    assert [(code - 2048) * scale for code in codes] == pytest.approx(values, abs=scale / 2)
+    assert packed([0.0, 0.0]) == ("gAgA", 0.0)  # 2048 = 32 · 64: every word at zero
+
+
+def test_a_class_share_is_net_of_the_mean_over_every_class_not_only_those_kept():
+    # The record keeps business's contributions only; the mean it subtracts is over all classes.
+    record = lexicon_record(0, ["rates", "the"], "business", "business", {"business": [1.0, 0.5]})
+    record["contribution_mean"] = [0.25, 0.5]
+    records = [dict(record, id=f"d{i}") for i in range(2)]
+    (entry,) = class_lexicon(records, ["business", "tech", "sport"], ["a", "b"]).values()
+    assert [(row["word"], row["mean"]) for row in entry["rows"]] == [("rates", 0.75)]
+    assert [evidence_threshold(n) for n in (2, 9, 10, 500)] == [2, 2, 3, 3]
+
+
 def test_report_command_from_a_config_and_from_an_unlabelled_file(fitted, tmp_path):
     ckpt = str(fitted / "checkpoints" / "last.ckpt")
     main(["report", "--ckpt", ckpt, "--data", str(CONFIGS / "tiny.yaml"), "--out",
           str(tmp_path / "test"), "--limit", "20"])  # fmt: skip
-    records = read_jsonl(tmp_path / "test" / "explanations.jsonl")
+    records = read_jsonl(tmp_path / "test" / "explanations.jsonl.gz")
     split = json.loads((fitted / "split.json").read_text())
     assert [r["id"] for r in records] == split["test"][:20]  # the very split training held out
     index = (tmp_path / "test" / "index.html").read_text(encoding="utf-8")
     assert "Training curves" in index and "test accuracy" in index  # the run's own figures
+    assert f"<h1>docclass report · {fitted.name} · test</h1>" in index  # not "last.ckpt"
     assert all(r["faithfulness"]["methods"]["random"] for r in records)
     assert 'id="faithfulness-table"' in index
 
@@ -237,20 +279,20 @@ def test_report_command_from_a_config_and_from_an_unlabelled_file(fitted, tmp_pa
     main(["report", "--ckpt", ckpt, "--data", str(data), "--text_column", "body",
           "--label_column", "null", "--out", str(tmp_path / "new"),
           "--faithfulness", "false"])  # fmt: skip
-    records = read_jsonl(tmp_path / "new" / "explanations.jsonl")
+    records = read_jsonl(tmp_path / "new" / "explanations.jsonl.gz")
     assert [r["text"] for r in records] == HOSTILE and records[0]["label"] is None
     assert not any("faithfulness" in r for r in records)
     assert "faithfulness-table" not in (tmp_path / "new" / "index.html").read_text()
 
 
 def test_fit_ends_with_the_test_report_and_attention_snapshots(fitted):
-    records = read_jsonl(fitted / "report" / "explanations.jsonl")
+    records = read_jsonl(fitted / "report" / "explanations.jsonl.gz")
     assert len(records) == 213
     assert len(list((fitted / "report" / "docs").glob("doc-*.html"))) == 213
     for epoch in ("epoch_000", "epoch_001"):
-        snapshot = read_jsonl(fitted / "attention" / epoch / "explanations.jsonl")
+        snapshot = read_jsonl(fitted / "attention" / epoch / "explanations.jsonl.gz")
         assert len(snapshot) == 2
-    first = read_jsonl(fitted / "attention" / "epoch_000" / "explanations.jsonl")
+    first = read_jsonl(fitted / "attention" / "epoch_000" / "explanations.jsonl.gz")
     # The same documents each epoch, with the attention they got at that point.
     assert [r["id"] for r in first] == [r["id"] for r in snapshot]
     assert first[0]["scores"]["attention"] != snapshot[0]["scores"]["attention"]
@@ -309,15 +351,13 @@ def test_hostile_document_page_in_chromium(browser, report, tmp_path):
     page, problems, dialogs = open_page(browser, out / "docs" / document_filename(0))
     assert page.evaluate("window.pwned") is None and dialogs == []
     assert page.locator("#text").text_content() == records[0]["text"]
-    words = page.locator("#text .w")
+    words = page.locator("#text b")
     assert words.all_text_contents() == records[0]["words"]
     shades = page.eval_on_selector_all(
-        "#text .w", "els => els.map(e => e.style.getPropertyValue('--s'))"
+        "#text b", "els => els.map(e => e.style.getPropertyValue('--s'))"
     )
     assert all(shade != "" for shade in shades) and any(float(s) > 0.99 for s in shades)
-    assert "rank 1 of" in " ".join(
-        page.eval_on_selector_all("#text .w", "e => e.map(w => w.title)")
-    )
+    assert "rank 1 of" in " ".join(page.eval_on_selector_all("#text b", "e => e.map(w => w.title)"))
     page.select_option("#method", "contribution")
     assert page.locator("#text.signed").count() == 1
     assert page.locator("#legend-signed").is_visible()
@@ -354,11 +394,13 @@ def test_page_opens_on_the_default_method_and_contrasts_any_two_classes(browser,
     ]
     gap, words, bias = numbers
     assert gap == pytest.approx(record["logits"][first] - record["logits"][second], abs=1e-3)
-    assert gap == pytest.approx(words + bias, abs=2e-3)  # exact up to the printed digits
-    # The word the contrast puts first is the one whose two contributions differ most.
+    # The words' part is what the record's full-precision contributions add up to.
     read = record["words_read"]
     pairs = zip(record["contributions"][first], record["contributions"][second], strict=True)
     difference = [a - b for a, b in pairs][:read]
+    assert words == pytest.approx(sum(difference), abs=2e-3)
+    assert gap == pytest.approx(words + bias, abs=2e-3)
+    # The word the contrast puts first is the one whose two contributions differ most.
     top = max(range(read), key=lambda i: difference[i])
     assert "rank 1 of" in page.locator(f"#w{top}").get_attribute("title")
     counterfactual = record["counterfactual"]
@@ -432,7 +474,7 @@ def test_capped_report_keeps_the_headline_of_every_document(tmp_path):
     labels = [LABELS[i % 3] for i in range(30)]
     documents = Documents(texts, [str(i) for i in range(30)], labels, "thirty documents")
     make_report(classifier, documents, tmp_path, max_documents=8, faithfulness=False)
-    records = read_jsonl(tmp_path / "explanations.jsonl")
+    records = read_jsonl(tmp_path / "explanations.jsonl.gz")
     predicted = [r["label"] for r in DocClassifier(classifier, "cpu").predict(texts)]
     errors = {str(i) for i in range(30) if predicted[i] != labels[i]}
     shown = {r["id"] for r in records}
@@ -481,7 +523,7 @@ def test_faithfulness_on_a_class_stratified_sample_says_so(tmp_path):
     labels = [LABELS[i // 4] for i in range(12)]
     documents = Documents(texts, [str(i) for i in range(12)], labels, "twelve documents")
     make_report(classifier, documents, tmp_path, faithfulness_documents=6)
-    records = read_jsonl(tmp_path / "explanations.jsonl")
+    records = read_jsonl(tmp_path / "explanations.jsonl.gz")
     measured = [r for r in records if r.get("faithfulness")]
     assert len(records) == 12 and len(measured) == 6
     # Counterfactuals are searched on the same documents.

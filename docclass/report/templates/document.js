@@ -1,6 +1,46 @@
 (function () {
   "use strict";
   var data = JSON.parse(document.getElementById("doc-data").textContent);
+  // What every page shares (methods.js, written once per report): methods' help, signed ones.
+  data.help = window.DOCCLASS_METHODS.help;
+  data.signed = window.DOCCLASS_METHODS.signed;
+  // Scores travel packed (html.py's packed()): two base-64 digits per word for an integer
+  // q + 2048, q in [-2047, 2047], and one scale per method: value = q · scale.
+  var DIGITS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  function unpack(text, scale) {
+    var values = [];
+    for (var i = 0; i < text.length; i += 2) {
+      values.push((DIGITS.indexOf(text[i]) * 64 + DIGITS.indexOf(text[i + 1]) - 2048) * scale);
+    }
+    return values;
+  }
+  Object.keys(data.scores).forEach(function (key) {
+    data.scores[key] = unpack(data.scores[key], data.scale[key]);
+  });
+  // Layer maps travel packed too, one [text, scale] per block and head, rows one after another.
+  if (data.layer_maps) {
+    var side = data.map_words.length;
+    data.layer_maps = data.layer_maps.map(function (heads) {
+      return heads.map(function (pack) {
+        var flat = unpack(pack[0], pack[1]), rows = [];
+        for (var r = 0; r < side; r += 1) { rows.push(flat.slice(r * side, (r + 1) * side)); }
+        return rows;
+      });
+    });
+  }
+  // Pool attention travels as its heads only: it is their mean.
+  var heads = Object.keys(data.scores).filter(function (key) { return key.indexOf("attention_head") === 0; });
+  if (!data.scores.attention && heads.length) {
+    data.scores.attention = data.scores[heads[0]].map(function (_, i) {
+      var total = 0;
+      heads.forEach(function (key) { total += data.scores[key][i]; });
+      return total / heads.length;
+    });
+  }
+  // The predicted class's contributions are the "class contribution" method's own scores.
+  if (data.predicted !== null && data.scores.contribution) {
+    data.scores["contribution:" + data.predicted] = data.scores.contribution;
+  }
   var methodSelect = document.getElementById("method");
   if (!methodSelect) { return; }
   var headSelect = document.getElementById("head");
@@ -8,24 +48,24 @@
   var text = document.getElementById("text");
   var help = document.getElementById("method-help");
   var words = [];
-  for (var i = 0; i < data.n_words; i += 1) { words.push(document.getElementById("w" + i)); }
+  // Only the words read are elements; the unread rest is one block of text after the cut.
+  for (var i = 0; i < data.words_read; i += 1) { words.push(document.getElementById("w" + i)); }
 
   var classA = document.getElementById("class-a");
   var classB = document.getElementById("class-b");
   var contrastSum = document.getElementById("contrast-sum");
 
   // logit(a) − logit(b) is linear in the words' contributions, so their difference is exact.
+  // The words' total is logit minus bias of each class, exactly what the full-precision
+  // contributions add up to (the page's own are rounded to three digits for shading).
   function contrastScores() {
     var a = data.scores["contribution:" + classA.value], b = data.scores["contribution:" + classB.value];
-    var total = 0, difference = [];
-    for (var i = 0; i < a.length; i += 1) {
-      difference.push(a[i] - b[i]);
-      if (i < data.words_read) { total += a[i] - b[i]; }
-    }
+    var difference = [];
+    for (var i = 0; i < a.length; i += 1) { difference.push(a[i] - b[i]); }
     var gap = data.logits[classA.value] - data.logits[classB.value];
     var bias = data.bias[classA.value] - data.bias[classB.value];
     contrastSum.textContent = "logit(" + classA.value + ") − logit(" + classB.value + ") = " +
-      gap.toFixed(3) + " = words " + total.toFixed(3) + " + bias " + bias.toFixed(3) +
+      gap.toFixed(3) + " = words " + (gap - bias).toFixed(3) + " + bias " + bias.toFixed(3) +
       ". Red words pushed toward " + classA.value + ", blue toward " + classB.value + ".";
     return difference;
   }
@@ -51,7 +91,10 @@
   function paintMinimap(scores) {
     var map = document.getElementById("minimap");
     if (!map) { return; }
-    var bins = data.bins, mass = [], top = 0;
+    var bins = [], mass = [], top = 0;
+    for (var start = 0; start < data.n_words; start += data.bin_words) {
+      bins.push([start, Math.min(start + data.bin_words, data.n_words)]);
+    }
     bins.forEach(function (range) {
       var total = 0;
       for (var i = range[0]; i < Math.min(range[1], data.words_read); i += 1) { total += Math.abs(scores[i]); }
@@ -89,10 +132,21 @@
       score.className = "score";
       score.textContent = format(entry.total);
       item.appendChild(score);
-      item.appendChild(document.createTextNode(sentence[2]));
+      item.appendChild(document.createTextNode(sentenceText(sentence[0], sentence[1])));
       item.addEventListener("click", function () { jumpTo(sentence[0]); });
       list.appendChild(item);
     });
+  }
+
+  // A sentence as the page shows it (whitespace runs as one space), cut past 300 characters.
+  function sentenceText(first, end) {
+    var range = document.createRange();
+    range.setStartBefore(words[first]);
+    range.setEndAfter(words[end - 1]);
+    var fragment = range.cloneContents();
+    fragment.querySelectorAll(".cut").forEach(function (cut) { cut.remove(); });
+    var sentence = fragment.textContent.replace(/\s+/g, " ").trim();
+    return sentence.length > 300 ? sentence.slice(0, 299) + "…" : sentence;
   }
 
   function paintFaithfulness(key) {
@@ -107,7 +161,8 @@
   }
 
   function jumpTo(index) {
-    var word = words[Math.min(index, words.length - 1)];
+    // Past the words read, the cut line is where to look.
+    var word = index < words.length ? words[index] : document.getElementById("cut");
     if (!word) { return; }
     word.scrollIntoView({ block: "center" });
     word.classList.add("flash");
