@@ -12,7 +12,7 @@ PIP_FLAGS := $(if $(WHEELS),--find-links $(WHEELS),)
 CHROMIUM := $(shell command -v chromium 2>/dev/null)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: demo test test-full lint format seeds inference-options report-speed report-cap classify-memory serve-load batching-speed bench long-documents planted-keyword faithfulness streaming-speed encoder-speed cold-start corpora browser clean
+.PHONY: demo test test-full lint format seeds inference-options report-speed report-cap report-scale classify-memory serve-load batching-speed bench long-documents planted-keyword faithfulness streaming-speed encoder-speed cold-start corpora browser clean
 
 # lxt (AttnLRP's reference implementation, for the tests that check docclass's relevance rules
 # against it) is installed without its dependencies: they include open_clip_torch and
@@ -57,6 +57,10 @@ report-speed: $(STAMP)  ## time the HTML report of the BBC test split, both conf
 		--data configs/bbc.yaml --out reports/report-speed.json
 	$(BIN)/python -m scripts.report_speed --ckpt reports/minilm/checkpoints/last.ckpt \
 		--data configs/minilm.yaml --out reports/report-speed-minilm.json
+
+report-scale: $(STAMP) browser  ## report size and first paint in Chromium, 300 and 1,000 documents: 150 synthetic intents, BBC (after `make demo`; ~15 min on 2 free cores)
+	$(BIN)/python -m scripts.report_scale --bbc-ckpt reports/bbc/checkpoints/last.ckpt \
+		--sizes 300 1000 --out reports/report-scale.json
 
 cold-start: $(STAMP)  ## start-up of docclass --help and classify against `import torch`, as ratios (after `make demo`)
 	$(BIN)/python -m scripts.cold_start --ckpt reports/bbc/checkpoints/last.ckpt --out reports/cold-start.json
