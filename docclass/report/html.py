@@ -124,9 +124,9 @@ def _flags(record: dict) -> list[str]:
 
 def _method_options(record: dict, pool_heads: int) -> list[dict[str, str]]:
     scores = record.get("scores", {})
+    # The page's script adds "contribution to <class>" for each class of data.classes: class
+    # names of 40 characters, written into three menus, were a fifth of a short request's page.
     options = [{"key": key, "label": method_label(key)} for key in RECORD_METHODS if key in scores]
-    for name in record.get("contributions", {}):
-        options.append({"key": f"contribution:{name}", "label": f"contribution to {name}"})
     if len(record.get("contributions", {})) > 1:
         options.append({"key": "contrast", "label": "why one class rather than another"})
     return options
@@ -214,7 +214,6 @@ def _document_page(
         long_view=long_view,
         bin_words=data["bin_words"],
         contrast_classes=list(record.get("contributions", {})),
-        runner_up=probs[1][0] if len(probs) > 1 else None,
         method_labels={key: info.label for key, info in METHODS.items()},
         pieces=_pieces(record),
         initial_signed=first in SIGNED_METHODS,
@@ -243,6 +242,9 @@ def _page_data(record: dict, scores: dict[str, list[float]], long_view: bool) ->
     packs = {name: packed(values) for name, values in scores.items()}
     data: dict[str, Any] = {
         "predicted": record.get("predicted"),
+        # The classes a reader can see the contributions to and contrast, most probable first.
+        "classes": list(record.get("contributions", {})),
+        "runner_up": _runner_up(record),
         "logits": record.get("logits", {}),
         "bias": record.get("contribution_bias", {}),
         "n_words": len(record["words"]),
@@ -267,6 +269,11 @@ def _page_data(record: dict, scores: dict[str, list[float]], long_view: bool) ->
         ]
         data["map_words"] = record["words"][: record["words_read"]]
     return data
+
+
+def _runner_up(record: dict) -> str | None:
+    probs = sorted(record.get("probs", {}).items(), key=lambda item: -item[1])
+    return probs[1][0] if len(probs) > 1 else None
 
 
 def _page_faithfulness(figures: dict[str, Any]) -> dict[str, Any]:
@@ -442,9 +449,9 @@ def _index_page(
             {"name": METHODS[key].label, "text": METHODS[key].help} for key in RECORD_METHODS
         ],
         lexicon=lexicon,
+        lexicon_data=_lexicon_data(lexicon, records, documents_dir) if shorter else None,
         lexicon_listed=sum(bool(entry["rows"]) for entry in lexicon.values()),
         lexicon_first=_first_listed(lexicon, classes),
-        many_classes=MATRIX_CLASSES,
         classes=classes,
         matrix=matrix_view(matrix, label_names) if matrix is not None else None,
         pairs=pair_rows(cells, matrix, label_names) if matrix is not None else [],
@@ -459,6 +466,39 @@ def _index_page(
         assets=ASSETS_DIR + "/",
         **context["common"],
     )
+
+
+def _lexicon_data(
+    lexicon: dict[str, dict[str, Any]], records: Sequence[dict], documents_dir: str
+) -> dict[str, Any]:
+    """Every class's word list for the many-class index's picker, compact: per class
+    ``[documents, reason, rows]``, a row ``[word, mean, total, documents, [[position, score],
+    …]]`` (3 significant digits), with the documents' ids by position."""
+
+    def short(value: float) -> float:
+        return float(f"{value:.3g}")
+
+    return {
+        "dir": documents_dir,
+        "ids": [str(record["id"]) for record in records],
+        "classes": {
+            name: [
+                entry["documents"],
+                entry["reason"],
+                [
+                    [
+                        row["word"],
+                        short(row["mean"]),
+                        short(row["total"]),
+                        row["documents"],
+                        [[doc["position"], short(doc["score"])] for doc in row["top_documents"]],
+                    ]
+                    for row in entry["rows"]
+                ],
+            ]
+            for name, entry in lexicon.items()
+        },
+    }
 
 
 def _first_listed(lexicon: dict[str, dict[str, Any]], classes: list[dict[str, Any]]) -> str | None:

@@ -74,7 +74,7 @@ def _tally(
             "total": total[key],
             "documents": len(per_document[key]),
             "top_documents": [
-                {"id": str(records[n]["id"]), "href": hrefs[n], "score": score}
+                {"id": str(records[n]["id"]), "href": hrefs[n], "score": score, "position": n}
                 for n, score in sorted(per_document[key].items(), key=lambda kv: -kv[1])[:per_word]
             ],
         }

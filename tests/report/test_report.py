@@ -8,6 +8,7 @@ import shutil
 import pytest
 from helpers import (
     CONFIGS,
+    CORPUS,
     DOCUMENTS,
     LABELS,
     assert_only_the_reports_own_scripts,
@@ -31,6 +32,7 @@ from docclass.inference.reporting import (
 from docclass.interpret.default_method import default_method
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.records import RECORD_METHODS, method_label, read_jsonl
+from docclass.report.classes import MATRIX_CLASSES
 from docclass.report.html import (
     LONG_DOCUMENT_WORDS,
     PACK_DIGITS,
@@ -442,6 +444,50 @@ def test_index_long_and_short_pages_in_chromium(browser, report):
     short_page, short_problems, _ = open_page(browser, out / "docs" / document_filename(3))
     assert short_page.locator("#layer-maps canvas").count() == 2  # 1 block × 2 heads
     assert problems + long_problems + short_problems == [] and dialogs == []
+
+
+MANY = [f"intent_{i:02d}_with_a_long_descriptive_name" for i in range(29)] + [
+    '<img src=x onerror="window.pwned = 3">'
+]
+
+
+def test_a_report_of_thirty_classes_stays_readable_in_chromium(browser, tmp_path):
+    """Past 20 classes: the matrix shows the 20 with the most errors and says so, every class
+    is in the per-class table, one word list is in the page and any other is built when
+    picked, and a class name that looks like markup stays text."""
+    classifier = tiny_classifier(n_layers=1, labels=MANY)
+    texts = [f"{CORPUS[i % len(CORPUS)]} request {i % 7}" for i in range(90)]
+    labels = [MANY[(i * 7) % len(MANY)] for i in range(90)]
+    records = explain_documents(classifier, texts, labels=labels, classes="contrast")
+    assert all(len(r["contributions"]) <= 6 and len(r["logits"]) == len(r["contributions"])
+               for r in records)  # fmt: skip
+    assert all(len(r["probs"]) == len(MANY) for r in records)
+    # An untrained model predicts a few classes; the report layer reads records only, so half
+    # the documents are "read" as their true class, the rest as the next class.
+    records = explain_documents(classifier, texts, labels=labels, classes="all")
+    for i, record in enumerate(records):
+        record["predicted"] = labels[i] if i % 2 else MANY[(i + 1) % len(MANY)]
+    write_report(records, tmp_path, MANY, title="thirty")
+    html = (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert "<img src=x" not in html
+    page, problems, dialogs = open_page(browser, tmp_path / "index.html")
+    present = {r["label"] for r in records} | {r["predicted"] for r in records}
+    assert page.locator("#class-table tbody tr").count() == len(present)
+    assert page.locator("#confusion-matrix th.col").count() == MATRIX_CLASSES
+    assert (
+        f"{MATRIX_CLASSES} of {len(present)} classes"
+        in page.locator("#confusion + p").text_content()
+    )
+    assert MANY[-1] in page.locator("#class-table").text_content()  # as text, not markup
+    assert page.locator("#lexicon-many .lexicon-class").count() == 1
+    predicted = sorted({r["predicted"] for r in records})
+    assert len(predicted) >= 2
+    for name in predicted[:2]:
+        page.fill("#lexicon-search", name)
+        assert page.locator("#lexicon-many h3").text_content().startswith(name)
+        shown = page.locator("#lexicon-many tr").count() - 1 or page.locator(".no-list").count()
+        assert shown >= 1  # its words, or the line saying why it has none
+    assert page.evaluate("window.pwned") is None and dialogs == [] and problems == []
 
 
 def test_a_capped_report_shows_every_error_then_a_stratified_sample():

@@ -53,6 +53,22 @@
 
   var classA = document.getElementById("class-a");
   var classB = document.getElementById("class-b");
+  // The menus of classes are filled here from data.classes (their names are in the file once).
+  function option(value, label, selected) {
+    var item = document.createElement("option");
+    item.value = value;
+    item.textContent = label;
+    item.selected = selected;
+    return item;
+  }
+  var contrastOption = methodSelect.querySelector('option[value="contrast"]');
+  data.classes.forEach(function (name) {
+    methodSelect.insertBefore(option("contribution:" + name, "contribution to " + name, false), contrastOption);
+    if (classA) {
+      classA.appendChild(option(name, name, name === data.predicted));
+      classB.appendChild(option(name, name, name === data.runner_up));
+    }
+  });
   var contrastSum = document.getElementById("contrast-sum");
 
   // logit(a) − logit(b) is linear in the words' contributions, so their difference is exact.

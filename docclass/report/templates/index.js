@@ -50,16 +50,62 @@
     });
   });
 
-  // Many classes: one class's word list at a time, picked by name.
+  // Many classes: one class's word list at a time, picked by name, built from the JSON block
+  // (every piece of text goes in through textContent).
   var picker = document.getElementById("lexicon-search");
   if (picker) {
-    var blocks = Array.prototype.slice.call(document.querySelectorAll("#lexicon-many .lexicon-class"));
-    picker.addEventListener("input", function () {
-      var name = picker.value;
-      var match = blocks.filter(function (block) { return block.dataset.class === name; });
-      if (!match.length) { return; }
-      blocks.forEach(function (block) { block.hidden = block !== match[0]; });
-    });
+    var lexicon = JSON.parse(document.getElementById("lexicon-data").textContent);
+    var holder = document.getElementById("lexicon-many");
+    var element = function (tag, text, className) {
+      var node = document.createElement(tag);
+      if (text !== undefined) { node.textContent = text; }
+      if (className) { node.className = className; }
+      return node;
+    };
+    var pageOf = function (position) {
+      return lexicon.dir + "/doc-" + String(position).padStart(5, "0") + ".html";
+    };
+    var show = function (name) {
+      var entry = lexicon.classes[name];
+      if (!entry) { return; }
+      var block = element("div", undefined, "lexicon-class");
+      var heading = element("h3", name, "name");
+      heading.appendChild(element("span", " (" + entry[0] + " document" + (entry[0] === 1 ? "" : "s") + ")", "muted small"));
+      block.appendChild(heading);
+      if (!entry[2].length) {
+        block.appendChild(element("p", "No list: " + entry[1] + ".", "small muted no-list"));
+      } else {
+        var table = element("table", undefined, "small lexicon");
+        var head = table.insertRow();
+        [["word", ""], ["mean", "num"], ["total", "num"], ["docs", "num"]].forEach(function (column) {
+          head.appendChild(element("th", column[0], column[1]));
+        });
+        entry[2].forEach(function (row) {
+          var line = table.insertRow();
+          var details = element("details"), list = element("ul", undefined, "plain");
+          details.appendChild(element("summary", row[0]));
+          row[4].forEach(function (doc) {
+            var item = element("li"), link = element("a", lexicon.ids[doc[0]]);
+            link.href = pageOf(doc[0]);
+            item.appendChild(link);
+            item.appendChild(document.createTextNode(" "));
+            item.appendChild(element("span", String(doc[1]), "muted"));
+            list.appendChild(item);
+          });
+          details.appendChild(list);
+          line.insertCell().appendChild(details);
+          [row[1], row[2], row[3]].forEach(function (value) {
+            var cell = line.insertCell();
+            cell.className = "num";
+            cell.textContent = String(value);
+          });
+        });
+        block.appendChild(table);
+      }
+      holder.textContent = "";
+      holder.appendChild(block);
+    };
+    picker.addEventListener("input", function () { show(picker.value); });
   }
 })();
 
