@@ -485,7 +485,7 @@ def report_command(
         limit: explain only the first N documents.
         batch_size: documents per forward pass.
         classes: whose contributions each document keeps beside its predicted class's:
-            'contrast' (the most probable classes, up to 5 holding 99.9 % of the probability,
+            'contrast' (the runner-up, every other class given 1 % or more, at most 5 in all,
             and the true class: what the pages contrast and the index's confused pairs use),
             'all' (every class: files grow with the class count) or 'predicted' (none).
         device: cpu, cuda, cuda:1, ...
@@ -511,7 +511,7 @@ def report_command(
         documents,
         out,
         run_dir=run_dir,
-        title=f"docclass report · {model_name(ckpt, run_dir)} · {split}",
+        title=f"docclass report · {model_name(ckpt, run_dir)}",
         limit=limit,
         batch_size=batch_size,
         classes=classes,
@@ -598,6 +598,12 @@ def faithfulness_command(
             figures["report"] = str(rewrite_report(folder))
         else:
             log.warning("%s: the report there explains other weights; not rendered again", meta)
+    elif (folder / "explanations.jsonl").is_file():
+        log.warning(
+            "%s: an older report (plain explanations.jsonl) is not rendered again; make it "
+            "again with 'docclass report' to see these figures in it",
+            folder,
+        )
     _print_faithfulness(figures, out)
     return figures
 

@@ -106,25 +106,31 @@ def compact(values: Iterable[float]) -> list[float | None]:
     return [float(f"{value:.6g}") if math.isfinite(value) else None for value in values]
 
 
-# What a record file keeps of a word score: 3 significant digits rank words as the pages show
-# them, and a report of 1,000 long documents stays tens of megabytes, not hundreds.
-FILE_DIGITS = 3
+# What a record file keeps of a list of word scores: each value to FILE_STEP of the list's
+# largest magnitude (an absolute step, so that differences such as a class's share minus the
+# mean over classes stay exact to it, where significant digits would not), which keeps a
+# report of 1,000 long documents tens of megabytes, not hundreds.
+FILE_STEP = 1e-4
 _WORD_SCORE_KEYS = ("scores", "contributions", "contribution_mean", "rollout_depths")
 
 
 def _rounded(value: Any) -> Any:
-    if isinstance(value, float):
-        return float(f"{value:.{FILE_DIGITS}g}")
-    if isinstance(value, list):
-        return [_rounded(item) for item in value]
     if isinstance(value, dict):
         return {key: _rounded(item) for key, item in value.items()}
+    if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
+        return [_rounded(item) for item in value]
+    if isinstance(value, list):
+        top = max((abs(v) for v in value if v is not None), default=0.0)
+        if top == 0:
+            return value
+        decimals = max(0, math.ceil(-math.log10(top * FILE_STEP)))
+        return [round(v, decimals) if v is not None else None for v in value]
     return value
 
 
 def file_record(record: dict[str, Any]) -> dict[str, Any]:
-    """``record`` as a file keeps it: word scores to :data:`FILE_DIGITS` significant digits
-    (probabilities, logits and faithfulness figures as computed)."""
+    """``record`` as a file keeps it: each list of word scores rounded to :data:`FILE_STEP` of
+    its largest magnitude (probabilities, logits and faithfulness figures as computed)."""
     return {
         key: _rounded(value) if key in _WORD_SCORE_KEYS else value for key, value in record.items()
     }

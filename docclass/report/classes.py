@@ -48,15 +48,16 @@ def class_rows(matrix: np.ndarray, label_names: Sequence[str]) -> list[dict[str,
 
 def matrix_view(matrix: np.ndarray, label_names: Sequence[str]) -> dict[str, Any]:
     """The confusion matrix as rows of cells for an HTML table: every class up to
-    :data:`MATRIX_CLASSES`, else the classes with the most errors (as true or predicted
-    class), in the model's order; each cell its count, shade and tooltip."""
+    :data:`MATRIX_CLASSES`, else that many: the classes with the most errors (as true or
+    predicted class), then the largest, in the model's order; each cell its count, shade and
+    tooltip."""
     errors = matrix.sum(axis=0) + matrix.sum(axis=1) - 2 * np.diag(matrix)
+    support = matrix.sum(axis=1)
     present = [c for c in range(len(label_names)) if matrix[c].sum() or matrix[:, c].sum()]
     shown = present
     if len(present) > MATRIX_CLASSES:
-        ranked = sorted((c for c in present if errors[c]), key=lambda c: (-errors[c], c))
+        ranked = sorted(present, key=lambda c: (-errors[c], -support[c], c))
         shown = sorted(ranked[:MATRIX_CLASSES])
-    support = matrix.sum(axis=1)
     top = max(1, int(matrix[np.ix_(shown, shown)].max())) if shown else 1
     rows = []
     for r in shown:

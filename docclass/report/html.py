@@ -167,8 +167,8 @@ def packed(values: Sequence[float]) -> tuple[str, float]:
 
     Each value becomes an integer ``q`` in ``[-SCORE_STEPS, SCORE_STEPS]`` relative to the
     largest magnitude (``value ≈ q · scale``), written as two base-64 digits of ``q +
-    SCORE_STEPS + 1``: 1/2,047 of the largest, finer than any shade or tooltip shows, in two
-    characters where a JSON float took seven to ten."""
+    SCORE_STEPS + 1``: 1/2,047 of the largest (the page prints only the decimals that step
+    supports), in two characters where a JSON float took seven to ten."""
     top = max((abs(v) for v in values), default=0.0)
     scale = top / SCORE_STEPS if top > 0 else 0.0
     codes = [round(v / scale) + SCORE_STEPS + 1 if scale else SCORE_STEPS + 1 for v in values]
@@ -247,6 +247,10 @@ def _page_data(record: dict, scores: dict[str, list[float]], long_view: bool) ->
         "runner_up": _runner_up(record),
         "logits": record.get("logits", {}),
         "bias": record.get("contribution_bias", {}),
+        # Each class's words' total at the record's precision, for the page's contrast sum.
+        "word_totals": {
+            name: sum(values[:read]) for name, values in record.get("contributions", {}).items()
+        },
         "n_words": len(record["words"]),
         "words_read": record["words_read"],
         "scores": {name: text for name, (text, _) in packs.items()},

@@ -11,8 +11,14 @@ from torch.testing import assert_close
 
 from docclass.artifacts.load import TrainedClassifier
 from docclass.data.tokenizer import align_words, encode_batch
-from docclass.interpret.explain import explain_documents
-from docclass.interpret.records import compact, method_names, read_jsonl, write_jsonl
+from docclass.interpret.explain import contrast_classes, explain_documents
+from docclass.interpret.records import (
+    compact,
+    file_record,
+    method_names,
+    read_jsonl,
+    write_jsonl,
+)
 from docclass.nn.attention import banded_to_dense
 
 SUMS_TO_ONE = ["attention", "rollout", "attention_head0", "attention_head1"]
@@ -165,12 +171,55 @@ def test_empty_document_gets_an_error_record_and_keeps_its_place():
     assert records[0]["predicted"] and records[2]["predicted"]
 
 
+def test_the_classes_worth_contrasting():
+    # The top two always; then each class at 1 % or more, at most five; the true class added.
+    assert contrast_classes([0.90, 0.05, 0.03, 0.015, 0.004, 0.001], None) == [0, 1, 2, 3]
+    assert contrast_classes([0.999, 0.0005, 0.0005], 2) == [0, 1, 2]
+    assert contrast_classes([0.2] * 3 + [0.1] * 4, 6) == [0, 1, 2, 3, 4, 6]
+    assert contrast_classes([0.98, 0.01, 0.005, 0.005], 0) == [0, 1]
+
+
+def test_a_contrast_record_keeps_few_classes_and_the_mean_over_all():
+    classifier = tiny_classifier(n_layers=1, labels=[f"c{i}" for i in range(12)])
+    texts = DOCUMENTS[:3]
+    labels = ["c11", None, "c3"]
+    every = explain_documents(classifier, texts, labels=labels, classes="all")
+    few = explain_documents(classifier, texts, labels=labels, classes="contrast")
+    for whole, kept, label in zip(every, few, labels, strict=True):
+        names = list(kept["contributions"])
+        assert names[0] == kept["predicted"] and (label is None or label in names)
+        assert set(kept["logits"]) == set(kept["contribution_bias"]) == set(names)
+        assert len(kept["probs"]) == 12 and len(whole["contributions"]) == 12
+        for name in names:
+            assert kept["contributions"][name] == pytest.approx(whole["contributions"][name])
+        columns = zip(*whole["contributions"].values(), strict=True)
+        mean = [sum(values) / 12 for values in columns]
+        assert kept["contribution_mean"] == pytest.approx(mean, abs=1e-6)
+        assert whole["contribution_mean"] == pytest.approx(mean, abs=1e-6)
+
+
+def test_a_record_file_keeps_each_score_to_a_ten_thousandth_of_its_largest():
+    record = {
+        "id": 1, "probs": {"a": 0.123456789}, "scores": {"m": [0.5, 0.000012345, -0.25]},
+        "contributions": {"a": [5.23456, 5.21111]}, "rollout_depths": [[0.0, 0.0]],
+    }  # fmt: skip
+    kept = file_record(record)
+    assert kept["probs"] == record["probs"] and kept["id"] == 1
+    assert kept["scores"]["m"] == [0.5, 0.00001, -0.25]
+    # An absolute step: 5.23456 − 5.21111 keeps its 0.0235 to within 1e-3, not 3 digits' 0.02.
+    assert kept["contributions"]["a"] == [5.2346, 5.2111]
+    assert kept["rollout_depths"] == [[0.0, 0.0]]
+
+
 def test_jsonl_round_trip(tmp_path):
     records = explain_documents(tiny_classifier(), DOCUMENTS + ["<script>alert(1)</script> ünï"])
     path = tmp_path / "explanations.jsonl"
     assert write_jsonl(records, path) == len(records)
     assert read_jsonl(path) == records
     assert "ünï" in path.read_text(encoding="utf-8")
+    compressed = tmp_path / "explanations.jsonl.gz"
+    assert write_jsonl(records, compressed) == len(records)
+    assert read_jsonl(compressed) == records and compressed.read_bytes()[:2] == b"\x1f\x8b"
 
 
 @pytest.mark.fault(

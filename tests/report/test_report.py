@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 
+import numpy as np
 import pytest
 from helpers import (
     CONFIGS,
@@ -32,7 +33,7 @@ from docclass.inference.reporting import (
 from docclass.interpret.default_method import default_method
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.records import RECORD_METHODS, method_label, read_jsonl
-from docclass.report.classes import MATRIX_CLASSES
+from docclass.report.classes import MATRIX_CLASSES, class_rows, matrix_view, pair_rows
 from docclass.report.html import (
     LONG_DOCUMENT_WORDS,
     PACK_DIGITS,
@@ -79,7 +80,7 @@ def report(tmp_path_factory):
     return out, records
 
 
-def test_every_word_of_every_document_is_on_its_page_escaped_and_shaded(report):
+def test_every_word_of_every_document_is_on_its_page_and_escaped(report):
     out, records = report
     assert len(list((out / "docs").glob("doc-*.html"))) == len(records)
     for position, record in enumerate(records):
@@ -272,7 +273,7 @@ def test_report_command_from_a_config_and_from_an_unlabelled_file(fitted, tmp_pa
     assert [r["id"] for r in records] == split["test"][:20]  # the very split training held out
     index = (tmp_path / "test" / "index.html").read_text(encoding="utf-8")
     assert "Training curves" in index and "test accuracy" in index  # the run's own figures
-    assert f"<h1>docclass report · {fitted.name} · test</h1>" in index  # not "last.ckpt"
+    assert f"<h1>docclass report · {fitted.name}</h1>" in index  # not "last.ckpt"
     assert all(r["faithfulness"]["methods"]["random"] for r in records)
     assert 'id="faithfulness-table"' in index
 
@@ -359,7 +360,15 @@ def test_hostile_document_page_in_chromium(browser, report, tmp_path):
         "#text b", "els => els.map(e => e.style.getPropertyValue('--s'))"
     )
     assert all(shade != "" for shade in shades) and any(float(s) > 0.99 for s in shades)
-    assert "rank 1 of" in " ".join(page.eval_on_selector_all("#text b", "e => e.map(w => w.title)"))
+    # Every tooltip gives the shown method's score as the record has it, to the packing step
+    # (1/2,047 of the largest) and no further digit.
+    titles = page.eval_on_selector_all("#text b", "e => e.map(w => w.title)")
+    assert "rank 1 of" in " ".join(titles)
+    scores = records[0]["scores"][page.locator("#method").input_value()]
+    step = max(abs(v) for v in scores) / 2047
+    shown = [float(re.search(r" (-?[\d.]+) · rank", title).group(1)) for title in titles]
+    assert shown == pytest.approx(scores[: len(shown)], abs=step)
+    assert len(shown) == records[0]["words_read"]
     page.select_option("#method", "contribution")
     assert page.locator("#text.signed").count() == 1
     assert page.locator("#legend-signed").is_visible()
@@ -598,3 +607,24 @@ def test_the_index_shows_no_checks_measured_on_other_weights(tmp_path):
 
     (tmp_path / "faithfulness.json").write_text(json.dumps({"weights": "b" * 64}))
     assert _trust_section(None, tmp_path, weights="a" * 64) is None
+
+
+def test_the_class_views_of_a_confusion_matrix():
+    names = [f"c{i}" for i in range(25)]
+    perfect = np.diag(np.arange(1, 26))
+    view = matrix_view(perfect, names)
+    # No errors: the 20 largest classes, in the model's order, and the five others counted.
+    assert view["names"] == names[5:] and view["hidden"] == 5 and view["present"] == 25
+    confused = perfect.copy()
+    confused[0, 1] = 4  # c0 read as c1 four times
+    view = matrix_view(confused, names)
+    assert view["names"][:2] == ["c0", "c1"] and len(view["names"]) == 20
+    row = view["rows"][0]
+    assert row["cells"][1]["count"] == 4 and "4 of 5 (80 %)" in row["cells"][1]["title"]
+    rows = class_rows(confused, names)
+    assert rows[0]["name"] == "c0"  # worst F1 first
+    assert rows[0]["recall"] == pytest.approx(1 / 5) and rows[0]["support"] == 5
+    assert rows[1]["name"] == "c1" and rows[1]["precision"] == pytest.approx(2 / 6)
+    cells = [{"true": "c0", "predicted": "c1", "documents": [{}] * 4}]
+    (pair,) = pair_rows(cells, confused, names)
+    assert (pair["count"], pair["share"], pair["anchor"]) == (4, pytest.approx(0.8), "cell-1")

@@ -36,10 +36,12 @@
       heads.forEach(function (key) { total += data.scores[key][i]; });
       return total / heads.length;
     });
+    data.scale.attention = Math.max.apply(null, heads.map(function (key) { return data.scale[key]; }));
   }
   // The predicted class's contributions are the "class contribution" method's own scores.
   if (data.predicted !== null && data.scores.contribution) {
     data.scores["contribution:" + data.predicted] = data.scores.contribution;
+    data.scale["contribution:" + data.predicted] = data.scale.contribution;
   }
   var methodSelect = document.getElementById("method");
   if (!methodSelect) { return; }
@@ -72,16 +74,17 @@
   var contrastSum = document.getElementById("contrast-sum");
 
   // logit(a) − logit(b) is linear in the words' contributions, so their difference is exact.
-  // The words' total is logit minus bias of each class, exactly what the full-precision
-  // contributions add up to (the page's own are rounded to three digits for shading).
+  // The words' totals come summed at full precision (data.word_totals): the page's own scores
+  // are packed to a 2,047th of their largest.
   function contrastScores() {
     var a = data.scores["contribution:" + classA.value], b = data.scores["contribution:" + classB.value];
     var difference = [];
     for (var i = 0; i < a.length; i += 1) { difference.push(a[i] - b[i]); }
     var gap = data.logits[classA.value] - data.logits[classB.value];
     var bias = data.bias[classA.value] - data.bias[classB.value];
+    var words = data.word_totals[classA.value] - data.word_totals[classB.value];
     contrastSum.textContent = "logit(" + classA.value + ") − logit(" + classB.value + ") = " +
-      gap.toFixed(3) + " = words " + (gap - bias).toFixed(3) + " + bias " + bias.toFixed(3) +
+      gap.toFixed(3) + " = words " + words.toFixed(3) + " + bias " + bias.toFixed(3) +
       ". Red words pushed toward " + classA.value + ", blue toward " + classB.value + ".";
     return difference;
   }
@@ -92,6 +95,14 @@
     if (key === "rollout" && depthSelect && depthSelect.value !== "all") { key = "rollout_depth" + depthSelect.value; }
     return key;
   }
+  // Decimals a value of the shown method supports: its packing step is 1/2,047 of the largest
+  // (step 0: every value exact zero). Printing more would show rounding as if it were data.
+  var step = 0;
+  function formatStep(value) {
+    if (!step) { return String(value); }
+    var decimals = Math.max(0, Math.min(8, Math.ceil(-Math.log10(step))));
+    return value.toFixed(decimals);
+  }
   function format(value) {
     return Math.abs(value) >= 0.001 || value === 0 ? value.toFixed(4) : value.toExponential(2);
   }
@@ -99,8 +110,12 @@
     var order = [];
     for (var i = 0; i < read; i += 1) { order.push(i); }
     order.sort(function (a, b) { return scores[b] - scores[a]; });
+    // Equal values share a rank (1 + how many are larger): their order would be arbitrary.
     var rank = new Array(read);
-    order.forEach(function (word, position) { rank[word] = position + 1; });
+    order.forEach(function (word, position) {
+      var previous = order[position - 1];
+      rank[word] = position > 0 && scores[previous] === scores[word] ? rank[previous] : position + 1;
+    });
     return rank;
   }
 
@@ -189,6 +204,8 @@
     var key = currentKey();
     var contrast = key === "contrast";
     var scores = contrast ? contrastScores() : data.scores[key];
+    step = contrast ? data.scale["contribution:" + classA.value] + data.scale["contribution:" + classB.value]
+      : data.scale[key];
     var signed = contrast || data.signed.indexOf(methodSelect.value.split(":")[0]) >= 0;
     if (classA) { document.getElementById("contrast-controls").hidden = !contrast; }
     if (contrastSum) { contrastSum.hidden = !contrast; }
@@ -205,7 +222,7 @@
       var value = scores[i];
       word.style.setProperty("--s", top > 0 ? (Math.abs(value) / top).toFixed(3) : "0");
       word.classList.toggle("neg", signed && value < 0);
-      word.title = label + " " + format(value) + " · rank " + rank[i] + " of " + read;
+      word.title = label + " " + formatStep(value) + " · rank " + rank[i] + " of " + read;
     });
     headSelect.disabled = methodSelect.value !== "attention";
     if (depthSelect) { depthSelect.disabled = methodSelect.value !== "rollout"; }
