@@ -128,12 +128,23 @@ def _rounded(value: Any) -> Any:
     return value
 
 
+# Significant digits a file keeps of a class probability: a page shows three decimals, and at
+# 150 classes the probabilities at six digits were half a short request's record.
+PROBABILITY_DIGITS = 4
+
+
 def file_record(record: dict[str, Any]) -> dict[str, Any]:
     """``record`` as a file keeps it: each list of word scores rounded to :data:`FILE_STEP` of
-    its largest magnitude (probabilities, logits and faithfulness figures as computed)."""
-    return {
+    its largest magnitude, probabilities to :data:`PROBABILITY_DIGITS` significant digits
+    (logits and faithfulness figures as computed)."""
+    kept = {
         key: _rounded(value) if key in _WORD_SCORE_KEYS else value for key, value in record.items()
     }
+    if record.get("probs"):
+        kept["probs"] = {
+            name: float(f"{p:.{PROBABILITY_DIGITS}g}") for name, p in record["probs"].items()
+        }
+    return kept
 
 
 def _open_text(path: str | Path, mode: str):

@@ -204,7 +204,7 @@ def test_a_record_file_keeps_each_score_to_a_ten_thousandth_of_its_largest():
         "contributions": {"a": [5.23456, 5.21111]}, "rollout_depths": [[0.0, 0.0]],
     }  # fmt: skip
     kept = file_record(record)
-    assert kept["probs"] == record["probs"] and kept["id"] == 1
+    assert kept["probs"] == {"a": 0.1235} and kept["id"] == 1
     assert kept["scores"]["m"] == [0.5, 0.00001, -0.25]
     # An absolute step: 5.23456 − 5.21111 keeps its 0.0235 to within 1e-3, not 3 digits' 0.02.
     assert kept["contributions"]["a"] == [5.2346, 5.2111]
