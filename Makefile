@@ -58,7 +58,7 @@ report-speed: $(STAMP)  ## time the HTML report of the BBC test split, both conf
 	$(BIN)/python -m scripts.report_speed --ckpt reports/minilm/checkpoints/last.ckpt \
 		--data configs/minilm.yaml --out reports/report-speed-minilm.json
 
-report-scale: $(STAMP) browser  ## report size and first paint in Chromium, 300 and 1,000 documents: 150 synthetic intents, BBC (after `make demo`; ~15 min on 2 free cores)
+report-scale: $(STAMP) browser  ## report size and first paint in Chromium, 300 and 1,000 documents: 150 synthetic intents, BBC (after `make demo`; ~12 min on 2 free cores)
 	$(BIN)/python -m scripts.report_scale --bbc-ckpt reports/bbc/checkpoints/last.ckpt \
 		--sizes 300 1000 --out reports/report-scale.json
 

@@ -117,8 +117,8 @@ _WORD_SCORE_KEYS = ("scores", "contributions", "contribution_mean", "rollout_dep
 def _rounded(value: Any) -> Any:
     if isinstance(value, dict):
         return {key: _rounded(item) for key, item in value.items()}
-    if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
-        return [_rounded(item) for item in value]
+    if isinstance(value, list) and any(isinstance(v, list) for v in value):
+        return [_rounded(item) if isinstance(item, list) else item for item in value]
     if isinstance(value, list):
         top = max((abs(v) for v in value if v is not None), default=0.0)
         if top == 0:
@@ -136,10 +136,18 @@ PROBABILITY_DIGITS = 4
 def file_record(record: dict[str, Any]) -> dict[str, Any]:
     """``record`` as a file keeps it: each list of word scores rounded to :data:`FILE_STEP` of
     its largest magnitude, probabilities to :data:`PROBABILITY_DIGITS` significant digits
-    (logits and faithfulness figures as computed)."""
+    (logits and faithfulness figures as computed), and ``contribution_totals``: each class's
+    words' total before the rounding."""
     kept = {
         key: _rounded(value) if key in _WORD_SCORE_KEYS else value for key, value in record.items()
     }
+    if record.get("contributions"):
+        # Each class's words' total before rounding: what a page prints as the words' part
+        # of a logit difference, which 500 rounded shares would miss in the third decimal.
+        read = record["words_read"]
+        kept["contribution_totals"] = {
+            name: sum(values[:read]) for name, values in record["contributions"].items()
+        }
     if record.get("probs"):
         kept["probs"] = {
             name: float(f"{p:.{PROBABILITY_DIGITS}g}") for name, p in record["probs"].items()

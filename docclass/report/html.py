@@ -242,15 +242,15 @@ def _page_data(record: dict, scores: dict[str, list[float]], long_view: bool) ->
     packs = {name: packed(values) for name, values in scores.items()}
     data: dict[str, Any] = {
         "predicted": record.get("predicted"),
-        # The classes a reader can see the contributions to and contrast, most probable first.
+        # The classes a reader can see the contributions to and contrast.
         "classes": list(record.get("contributions", {})),
         "runner_up": _runner_up(record),
         "logits": record.get("logits", {}),
         "bias": record.get("contribution_bias", {}),
-        # Each class's words' total at the record's precision, for the page's contrast sum.
-        "word_totals": {
-            name: sum(values[:read]) for name, values in record.get("contributions", {}).items()
-        },
+        # Each class's words' total, for the page's contrast sum: summed before a record file
+        # rounded the contributions when the record comes from one.
+        "word_totals": record.get("contribution_totals")
+        or {name: sum(values[:read]) for name, values in record.get("contributions", {}).items()},
         "n_words": len(record["words"]),
         "words_read": record["words_read"],
         "scores": {name: text for name, (text, _) in packs.items()},
@@ -276,8 +276,10 @@ def _page_data(record: dict, scores: dict[str, list[float]], long_view: bool) ->
 
 
 def _runner_up(record: dict) -> str | None:
-    probs = sorted(record.get("probs", {}).items(), key=lambda item: -item[1])
-    return probs[1][0] if len(probs) > 1 else None
+    """The class the page contrasts with first: the most probable one after the prediction
+    among those the record keeps contributions for (probabilities rounded in a file may tie)."""
+    kept = [name for name in record.get("contributions", {}) if name != record.get("predicted")]
+    return max(kept, key=lambda name: record["probs"].get(name, 0.0), default=None)
 
 
 def _page_faithfulness(figures: dict[str, Any]) -> dict[str, Any]:

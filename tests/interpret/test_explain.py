@@ -187,6 +187,9 @@ def test_a_contrast_record_keeps_few_classes_and_the_mean_over_all():
     few = explain_documents(classifier, texts, labels=labels, classes="contrast")
     for whole, kept, label in zip(every, few, labels, strict=True):
         names = list(kept["contributions"])
+        probs = [whole["probs"][f"c{i}"] for i in range(12)]
+        true = int(label[1:]) if label else None
+        assert names == [f"c{c}" for c in contrast_classes(probs, true)] and len(names) < 12
         assert names[0] == kept["predicted"] and (label is None or label in names)
         assert set(kept["logits"]) == set(kept["contribution_bias"]) == set(names)
         assert len(kept["probs"]) == 12 and len(whole["contributions"]) == 12
@@ -201,14 +204,17 @@ def test_a_contrast_record_keeps_few_classes_and_the_mean_over_all():
 def test_a_record_file_keeps_each_score_to_a_ten_thousandth_of_its_largest():
     record = {
         "id": 1, "probs": {"a": 0.123456789}, "scores": {"m": [0.5, 0.000012345, -0.25]},
-        "contributions": {"a": [5.23456, 5.21111]}, "rollout_depths": [[0.0, 0.0]],
+        "contributions": {"a": [5.23456, 5.21111]}, "rollout_depths": [[0.5, 0.123456]],
+        "words_read": 2,
     }  # fmt: skip
     kept = file_record(record)
     assert kept["probs"] == {"a": 0.1235} and kept["id"] == 1
     assert kept["scores"]["m"] == [0.5, 0.00001, -0.25]
     # An absolute step: 5.23456 − 5.21111 keeps its 0.0235 to within 1e-3, not 3 digits' 0.02.
     assert kept["contributions"]["a"] == [5.2346, 5.2111]
-    assert kept["rollout_depths"] == [[0.0, 0.0]]
+    assert kept["rollout_depths"] == [[0.5, 0.12346]]
+    # The words' totals are summed before the rounding.
+    assert kept["contribution_totals"] == {"a": pytest.approx(5.23456 + 5.21111)}
 
 
 def test_jsonl_round_trip(tmp_path):

@@ -1,6 +1,7 @@
 """HTML reports: what the pages contain, how they are escaped, and how a browser shows them."""
 
 import json
+import math
 import os
 import re
 import shutil
@@ -366,8 +367,11 @@ def test_hostile_document_page_in_chromium(browser, report, tmp_path):
     assert "rank 1 of" in " ".join(titles)
     scores = records[0]["scores"][page.locator("#method").input_value()]
     step = max(abs(v) for v in scores) / 2047
-    shown = [float(re.search(r" (-?[\d.]+) · rank", title).group(1)) for title in titles]
+    printed = [re.search(r" (-?[\d.]+) · rank", title).group(1) for title in titles]
+    shown = [float(number) for number in printed]
     assert shown == pytest.approx(scores[: len(shown)], abs=step)
+    decimals = max(0, math.ceil(-math.log10(step)))
+    assert {len(number.partition(".")[2]) for number in printed} == {decimals}
     assert len(shown) == records[0]["words_read"]
     page.select_option("#method", "contribution")
     assert page.locator("#text.signed").count() == 1
@@ -471,6 +475,23 @@ def test_a_report_of_thirty_classes_stays_readable_in_chromium(browser, tmp_path
     assert all(len(r["contributions"]) <= 6 and len(r["logits"]) == len(r["contributions"])
                for r in records)  # fmt: skip
     assert all(len(r["probs"]) == len(MANY) for r in records)
+    # A page of the default records: its class menus hold the kept classes, the runner-up
+    # first against the prediction, and a class name that looks like markup stays text.
+    hostile = next(i for i, r in enumerate(records) if MANY[-1] in r["contributions"])
+    write_report(records, tmp_path / "contrast", MANY, title="contrast")
+    page, problems, dialogs = open_page(
+        browser, tmp_path / "contrast" / "docs" / document_filename(hostile)
+    )
+    kept = list(records[hostile]["contributions"])
+    assert page.locator("#class-a option").all_text_contents() == kept
+    runner_up = max(kept[1:] if kept[0] == records[hostile]["predicted"] else kept,
+                    key=lambda name: records[hostile]["probs"][name])  # fmt: skip
+    assert (
+        page.locator("#class-b").input_value()
+        == runner_up
+        != page.locator("#class-a").input_value()
+    )
+    assert page.evaluate("window.pwned") is None and dialogs == [] and problems == []
     # An untrained model predicts a few classes; the report layer reads records only, so half
     # the documents are "read" as their true class, the rest as the next class.
     records = explain_documents(classifier, texts, labels=labels, classes="all")
@@ -494,8 +515,8 @@ def test_a_report_of_thirty_classes_stays_readable_in_chromium(browser, tmp_path
     for name in predicted[:2]:
         page.fill("#lexicon-search", name)
         assert page.locator("#lexicon-many h3").text_content().startswith(name)
-        shown = page.locator("#lexicon-many tr").count() - 1 or page.locator(".no-list").count()
-        assert shown >= 1  # its words, or the line saying why it has none
+        rows = page.locator("#lexicon-many table.lexicon tr").count()
+        assert rows > 1 or page.locator("#lexicon-many .no-list").count() == 1
     assert page.evaluate("window.pwned") is None and dialogs == [] and problems == []
 
 

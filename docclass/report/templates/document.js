@@ -71,6 +71,10 @@
       classB.appendChild(option(name, name, name === data.runner_up));
     }
   });
+  // Never a class against itself by default.
+  if (classA && classB.value === classA.value && classB.options.length > 1) {
+    classB.selectedIndex = classA.selectedIndex === 0 ? 1 : 0;
+  }
   var contrastSum = document.getElementById("contrast-sum");
 
   // logit(a) − logit(b) is linear in the words' contributions, so their difference is exact.
@@ -100,8 +104,11 @@
   var step = 0;
   function formatStep(value) {
     if (!step) { return String(value); }
-    var decimals = Math.max(0, Math.min(8, Math.ceil(-Math.log10(step))));
-    return value.toFixed(decimals);
+    var decimals = Math.ceil(-Math.log10(step));
+    if (decimals > 8) {  // a method whose largest score is below 2e-5: significant digits
+      return value === 0 ? "0" : value.toExponential(Math.max(0, Math.ceil(Math.log10(Math.abs(value) / step)) - 1));
+    }
+    return value.toFixed(Math.max(0, decimals));
   }
   function format(value) {
     return Math.abs(value) >= 0.001 || value === 0 ? value.toFixed(4) : value.toExponential(2);

@@ -66,10 +66,12 @@
       return lexicon.dir + "/doc-" + String(position).padStart(5, "0") + ".html";
     };
     var show = function (name) {
+      if (!Object.prototype.hasOwnProperty.call(lexicon.classes, name)) { return; }
       var entry = lexicon.classes[name];
-      if (!entry) { return; }
       var block = element("div", undefined, "lexicon-class");
+      block.dataset.class = name;
       var heading = element("h3", name, "name");
+      heading.title = name;
       heading.appendChild(element("span", " (" + entry[0] + " document" + (entry[0] === 1 ? "" : "s") + ")", "muted small"));
       block.appendChild(heading);
       if (!entry[2].length) {
@@ -89,15 +91,15 @@
             link.href = pageOf(doc[0]);
             item.appendChild(link);
             item.appendChild(document.createTextNode(" "));
-            item.appendChild(element("span", String(doc[1]), "muted"));
+            item.appendChild(element("span", doc[1].toPrecision(3), "muted"));
             list.appendChild(item);
           });
           details.appendChild(list);
           line.insertCell().appendChild(details);
-          [row[1], row[2], row[3]].forEach(function (value) {
+          [row[1].toPrecision(3), row[2].toPrecision(3), String(row[3])].forEach(function (text) {
             var cell = line.insertCell();
             cell.className = "num";
-            cell.textContent = String(value);
+            cell.textContent = text;
           });
         });
         block.appendChild(table);
