@@ -133,6 +133,15 @@ def _rounded(value: Any) -> Any:
 PROBABILITY_DIGITS = 4
 
 
+def contribution_totals(record: dict[str, Any]) -> dict[str, float]:
+    """Each kept class's words' total: the record's own (summed before a file rounded them)
+    when it has one, else the sum of its contributions over the words read."""
+    if record.get("contribution_totals"):
+        return record["contribution_totals"]
+    read = record["words_read"]
+    return {name: sum(values[:read]) for name, values in record.get("contributions", {}).items()}
+
+
 def file_record(record: dict[str, Any]) -> dict[str, Any]:
     """``record`` as a file keeps it: each list of word scores rounded to :data:`FILE_STEP` of
     its largest magnitude, probabilities to :data:`PROBABILITY_DIGITS` significant digits
@@ -142,12 +151,9 @@ def file_record(record: dict[str, Any]) -> dict[str, Any]:
         key: _rounded(value) if key in _WORD_SCORE_KEYS else value for key, value in record.items()
     }
     if record.get("contributions"):
-        # Each class's words' total before rounding: what a page prints as the words' part
-        # of a logit difference, which 500 rounded shares would miss in the third decimal.
-        read = record["words_read"]
-        kept["contribution_totals"] = {
-            name: sum(values[:read]) for name, values in record["contributions"].items()
-        }
+        # Before rounding: what a page prints as the words' part of a logit difference, which
+        # 500 rounded shares would miss in the third decimal.
+        kept["contribution_totals"] = contribution_totals(record)
     if record.get("probs"):
         kept["probs"] = {
             name: float(f"{p:.{PROBABILITY_DIGITS}g}") for name, p in record["probs"].items()

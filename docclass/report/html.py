@@ -29,6 +29,7 @@ from docclass.interpret.records import (
     RECORD_METHODS,
     REMOVAL_LABELS,
     SIGNED_METHODS,
+    contribution_totals,
     method_label,
     read_jsonl,
 )
@@ -249,8 +250,7 @@ def _page_data(record: dict, scores: dict[str, list[float]], long_view: bool) ->
         "bias": record.get("contribution_bias", {}),
         # Each class's words' total, for the page's contrast sum: summed before a record file
         # rounded the contributions when the record comes from one.
-        "word_totals": record.get("contribution_totals")
-        or {name: sum(values[:read]) for name, values in record.get("contributions", {}).items()},
+        "word_totals": contribution_totals(record),
         "n_words": len(record["words"]),
         "words_read": record["words_read"],
         "scores": {name: text for name, (text, _) in packs.items()},
