@@ -33,7 +33,7 @@ from docclass.errors import UserError
 COMMANDS: dict[str, tuple[str, str, tuple[str, str] | None]] = {
     "report": ("docclass.inference.reporting", "report_command", None),
     "classify": (
-        "docclass.inference.classify",
+        "docclass.inference.bulk",
         "classify_command",
         (
             "inputs",

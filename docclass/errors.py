@@ -23,5 +23,9 @@ class CheckpointError(UserError):
     """A checkpoint that is missing, damaged or from an incompatible version."""
 
 
+class RunStopped(UserError):
+    """A bulk run that stopped part-way; the message says how far it got and how to resume."""
+
+
 class TrainingDiverged(UserError):
     """The loss stopped being a finite number; the message names the last good checkpoint."""

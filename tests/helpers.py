@@ -190,3 +190,35 @@ class RankRandomState(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         torch.rand(trainer.global_rank + 1)
+
+
+LONG = "The striker scored twice in the second half and the crowd roared. " * 40
+
+
+def write_every_input_kind(root: Path) -> Path:
+    """Every input ``docclass classify`` reads, good and bad: nested folders (a hidden one),
+    empty, Latin-1 and binary files, a document longer than the tiny model reads, and CSV,
+    JSON Lines and Parquet tables with a row that lacks its ``body``."""
+    import csv
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (root / "folder" / "nested").mkdir(parents=True)
+    (root / "folder" / "a.txt").write_text("Shares rose after profits beat forecasts.")
+    (root / "folder" / "nested" / "b.txt").write_text("Film wins award at festival.")
+    (root / "folder" / ".hidden").mkdir()
+    (root / "folder" / ".hidden" / "skip.txt").write_text("never read")
+    (root / "empty.txt").write_text("  \n\t ")
+    (root / "latin1.txt").write_bytes("Chelsea pay £5m for striker".encode("latin-1"))
+    (root / "binary.bin").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    (root / "long.txt").write_text(LONG)
+    with open(root / "rows.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["body", "label"])
+        writer.writerows([["Election campaign speech", "politics"], ["", "x"]])
+    (root / "rows.jsonl").write_text(
+        json.dumps({"body": "New phone chips"}) + "\n" + json.dumps({"title": "no body"}) + "\n"
+    )
+    pq.write_table(pa.table({"body": ["Bank rates held", None]}), root / "rows.parquet")
+    return root

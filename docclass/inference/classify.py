@@ -33,9 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from jsonargparse.typing import NonNegativeInt, PositiveInt
-
-from docclass.inference.classifier import DocClassifier, WordScoreMethod
+from docclass.inference.classifier import DocClassifier
 from docclass.interpret.records import EMPTY_DOCUMENT
 
 TABLE_SUFFIXES = {".csv", ".jsonl", ".parquet"}
@@ -83,40 +81,85 @@ def _read_file(path: Path) -> InputDocument:
 def _table_rows(path: Path, text_column: str) -> Iterator[InputDocument]:
     """One document per row, streamed: CSV and JSONL line by line, Parquet batch by batch."""
     suffix = path.suffix.lower()
-    try:
-        if suffix == ".csv":
-            with open(path, newline="", encoding="utf-8", errors="replace") as handle:
-                reader = csv.DictReader(handle)
-                for number, row in enumerate(reader, start=1):
-                    yield _row_document(path, number, row, text_column, reader.fieldnames)
-        elif suffix == ".jsonl":
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                for number, line in enumerate(handle, start=1):
-                    if not line.strip():
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as error:
-                        yield InputDocument(f"{path}:{number}", error=f"not JSON: {error.msg}")
-                        continue
-                    if not isinstance(row, dict):
-                        yield InputDocument(f"{path}:{number}", error="not a JSON object")
-                        continue
-                    yield _row_document(path, number, row, text_column, list(row))
-        else:
-            import pyarrow.parquet as pq
+    if suffix == ".jsonl":
+        yield from jsonl_rows(path, text_column)
+    elif suffix == ".parquet":
+        yield from parquet_rows(path, text_column)
+    else:
+        yield from csv_rows(path, text_column)
 
-            table = pq.ParquetFile(path)
-            columns = table.schema_arrow.names
-            number = 0
-            for batch in table.iter_batches(batch_size=1024):
-                for row in batch.to_pylist():
-                    number += 1
-                    yield _row_document(path, number, row, text_column, columns)
-    except OSError as error:
-        yield InputDocument(str(path), error=f"cannot read: {error.strerror or error}")
-    except Exception as error:  # a corrupt Parquet or CSV file: say so in its row, go on
-        yield InputDocument(str(path), error=f"cannot read as a table: {error}")
+
+def _unreadable(path: Path, error: Exception) -> InputDocument:
+    if isinstance(error, OSError):
+        return InputDocument(str(path), error=f"cannot read: {error.strerror or error}")
+    # A corrupt Parquet or CSV file: say so in its row, go on.
+    return InputDocument(str(path), error=f"cannot read as a table: {error}")
+
+
+def csv_rows(path: Path, text_column: str) -> Iterator[InputDocument]:
+    """A CSV file's rows, numbered from 1 after the header. Read whole: a quoted field may hold
+    a newline, so a CSV file cannot be cut at a byte offset."""
+    try:
+        with open(path, newline="", encoding="utf-8", errors="replace") as handle:
+            reader = csv.DictReader(handle)
+            for number, row in enumerate(reader, start=1):
+                yield _row_document(path, number, row, text_column, reader.fieldnames)
+    except Exception as error:
+        yield _unreadable(path, error)
+
+
+def jsonl_rows(
+    path: Path, text_column: str, start: int = 0, end: int | None = None, first_line: int = 1
+) -> Iterator[InputDocument]:
+    """The JSON Lines rows that begin in bytes ``[start, end)``, numbered by their line in the
+    whole file (``first_line`` is the number of the first line beginning at or after
+    ``start``). Lines end at ``\\n`` only, so a part read alone numbers its lines exactly as
+    the whole file read at once does."""
+    try:
+        with open(path, "rb") as handle:
+            if start:
+                handle.seek(start - 1)
+                if handle.read(1) != b"\n":
+                    handle.readline()  # the line under way at ``start`` belongs to the part before
+            number = first_line
+            while end is None or handle.tell() < end:
+                raw = handle.readline()
+                if not raw:
+                    break
+                line = raw.decode("utf-8", errors="replace")
+                if line.strip():
+                    yield _json_row(path, number, line, text_column)
+                number += 1
+    except Exception as error:
+        yield _unreadable(path, error)
+
+
+def _json_row(path: Path, number: int, line: str, text_column: str) -> InputDocument:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as error:
+        return InputDocument(f"{path}:{number}", error=f"not JSON: {error.msg}")
+    if not isinstance(row, dict):
+        return InputDocument(f"{path}:{number}", error="not a JSON object")
+    return _row_document(path, number, row, text_column, list(row))
+
+
+def parquet_rows(
+    path: Path, text_column: str, row_groups: list[int] | None = None, first_row: int = 1
+) -> Iterator[InputDocument]:
+    """A Parquet file's rows (or those of ``row_groups``), numbered from ``first_row``."""
+    try:
+        import pyarrow.parquet as pq
+
+        table = pq.ParquetFile(path)
+        columns = table.schema_arrow.names
+        number = first_row - 1
+        for batch in table.iter_batches(batch_size=1024, row_groups=row_groups):
+            for row in batch.to_pylist():
+                number += 1
+                yield _row_document(path, number, row, text_column, columns)
+    except Exception as error:
+        yield _unreadable(path, error)
 
 
 def _row_document(
@@ -135,35 +178,50 @@ def _row_document(
     return InputDocument(doc_id, text=str(value))
 
 
-def _expand(argument: str, text_column: str, stdin: IO[str]) -> Iterator[InputDocument]:
-    if argument == "-":
-        for number, line in enumerate(stdin, start=1):
-            yield InputDocument(f"stdin:{number}", text=line.rstrip("\n"))
-        return
+def expand_argument(argument: str) -> Iterator[Path | InputDocument]:
+    """The files one argument names, in order, without reading them; an argument that names
+    nothing is an error document. Hidden files and folders inside a folder are skipped."""
     path = Path(argument)
     if path.is_dir():
         for child in sorted(p for p in path.rglob("*") if p.is_file()):
             if not any(part.startswith(".") for part in child.relative_to(path).parts):
-                yield from _expand_file(child, text_column)
+                yield child
         return
     if not path.exists() and glob.has_magic(argument):
         matches = sorted(glob.glob(argument, recursive=True))
         if not matches:
             yield InputDocument(argument, error="no file matches this pattern")
         for match in matches:
-            yield from _expand(match, text_column, stdin)
+            yield from expand_argument(match)
         return
     if not path.exists():
         yield InputDocument(argument, error="no such file or folder")
         return
-    yield from _expand_file(path, text_column)
+    yield path
 
 
-def _expand_file(path: Path, text_column: str) -> Iterator[InputDocument]:
-    if path.suffix.lower() in TABLE_SUFFIXES:
+def is_table(path: Path) -> bool:
+    return path.suffix.lower() in TABLE_SUFFIXES
+
+
+def read_file_documents(path: Path, text_column: str) -> Iterator[InputDocument]:
+    """A table's rows, or a text file as one document."""
+    if is_table(path):
         yield from _table_rows(path, text_column)
     else:
         yield _read_file(path)
+
+
+def _expand(argument: str, text_column: str, stdin: IO[str]) -> Iterator[InputDocument]:
+    if argument == "-":
+        for number, line in enumerate(stdin, start=1):
+            yield InputDocument(f"stdin:{number}", text=line.rstrip("\n"))
+        return
+    for item in expand_argument(argument):
+        if isinstance(item, InputDocument):
+            yield item
+        else:
+            yield from read_file_documents(item, text_column)
 
 
 def read_inputs(
@@ -278,48 +336,4 @@ def run_classify(
             handle.close()
         else:
             handle.flush()
-    return counts
-
-
-def classify_command(
-    inputs: list[str],
-    ckpt: str,
-    out: str | None = None,
-    text_column: str = "text",
-    top_words: NonNegativeInt = 0,
-    batch_size: PositiveInt = 64,
-    device: str = "auto",
-    strict: bool = False,
-    progress: bool | None = None,
-    method: WordScoreMethod | None = None,
-) -> dict[str, int]:
-    """Classify documents in bulk: one output row per input document, in order.
-
-    Args:
-        inputs: files, folders (recursive), globs, '-' (stdin, one document per line), or
-            CSV / JSONL / Parquet tables (one document per row).
-        ckpt: checkpoint written by 'docclass fit', a folder written by 'docclass export', or
-            hub:owner/name@<commit> (a folder on the hub, pinned).
-        out: output file: .csv for CSV, else JSON Lines (default: standard output).
-        text_column: text column of table inputs.
-        top_words: add the K words with the highest word scores to each row.
-        batch_size: most documents per forward pass (on the CPU a pass also stops at 2,048
-            tokens, which is faster there than larger batches).
-        device: auto (CUDA if available), cpu, cuda.
-        strict: exit with status 1 if any document got an error.
-        progress: progress bar on stderr (default: when stderr is a terminal).
-        method: the word-score method of --top_words (default: the one the model's own
-            faithfulness measurements trust most).
-    """
-    counts = run_classify(
-        ckpt, inputs, out, text_column, top_words, batch_size, device, progress, method
-    )
-    print(
-        f"classified {counts['documents'] - counts['errors']} of {counts['documents']} documents"
-        f" ({counts['errors']} errors, {counts['warnings']} warnings, "
-        f"{counts['truncated']} truncated)",
-        file=sys.stderr,
-    )
-    if strict and counts["errors"]:
-        sys.exit(1)
     return counts

@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import get_args
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
+from helpers import LONG, write_every_input_kind
 
 import docclass
 from docclass.cli import main
@@ -22,30 +21,10 @@ from docclass.interpret.default_method import default_method
 from docclass.interpret.inputs import encode_documents
 from docclass.interpret.records import RECORD_METHODS
 
-LONG = "The striker scored twice in the second half and the crowd roared. " * 40
-
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("inputs")
-    (root / "folder" / "nested").mkdir(parents=True)
-    (root / "folder" / "a.txt").write_text("Shares rose after profits beat forecasts.")
-    (root / "folder" / "nested" / "b.txt").write_text("Film wins award at festival.")
-    (root / "folder" / ".hidden").mkdir()
-    (root / "folder" / ".hidden" / "skip.txt").write_text("never read")
-    (root / "empty.txt").write_text("  \n\t ")
-    (root / "latin1.txt").write_bytes("Chelsea pay £5m for striker".encode("latin-1"))
-    (root / "binary.bin").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
-    (root / "long.txt").write_text(LONG)
-    with open(root / "rows.csv", "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["body", "label"])
-        writer.writerows([["Election campaign speech", "politics"], ["", "x"]])
-    (root / "rows.jsonl").write_text(
-        json.dumps({"body": "New phone chips"}) + "\n" + json.dumps({"title": "no body"}) + "\n"
-    )
-    pq.write_table(pa.table({"body": ["Bank rates held", None]}), root / "rows.parquet")
-    return root
+    return write_every_input_kind(tmp_path_factory.mktemp("inputs"))
 
 
 EXPECTED = [  # (id suffix, outcome) in input order for ARGUMENTS below

@@ -1,0 +1,569 @@
+"""``docclass classify --engine ray``: bulk classification on Ray Data, resumable, nothing lost.
+
+The driver turns the inputs into a **plan** of shards without reading any document: loose
+files grouped in order, a JSON Lines file cut at line boundaries, a Parquet file cut at row
+groups, a CSV file whole (a quoted field may hold a newline, so it cannot be cut by bytes).
+The plan is a Ray dataset with one block per shard; ``map_batches`` hands each shard to an
+actor holding one ``DocClassifier``. The actor reads the shard with the same readers as
+``docclass classify`` (so every bad input gets the same error row), classifies it with the
+same ``classify_documents`` (so the same token-limited batcher cuts its batches) and writes
+``part-NNNNNN.parquet`` under a temporary name, renamed into place when complete.
+
+Why this gives every input row exactly once:
+
+- a shard's rows are written by one rename, so a part file is whole or absent;
+- a worker killed mid-shard leaves no part; Ray restarts the actor and retries the shard;
+  a shard retried after its rename writes the same rows under the same name;
+- a run killed as a whole is started again with the same command: the plan is rebuilt and
+  must equal ``plan.json`` (same inputs, sizes, settings and model), and only the shards
+  without a part file are classified.
+
+Ray's own file readers are not used for documents: they stop the job at a malformed row, and a
+position inside them cannot be named again after a restart, which resuming needs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import signal
+import stat
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from docclass.errors import ConfigError, DataError, RunStopped
+from docclass.inference.classify import (
+    InputDocument,
+    classify_documents,
+    expand_argument,
+    is_table,
+    jsonl_rows,
+    parquet_rows,
+    read_file_documents,
+)
+
+PLAN_FILE = "plan.json"
+SUMMARY_FILE = "classify.json"
+PLAN_VERSION = 1
+SHARD_DOCUMENTS = 10_000
+# JSON Lines files are scanned in blocks this large to find where each shard's lines begin.
+SCAN_BYTES = 1 << 24
+
+
+def part_name(index: int) -> str:
+    return f"part-{index:06d}.parquet"
+
+
+# ----------------------------------------------------------------------------------- the plan
+
+
+def file_state(path: Path) -> list[int] | None:
+    """Size and modification time of a regular file (None for anything else: a pipe's change
+    with every write). A resumed run, and every worker, must read the bytes the plan saw."""
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    if not stat.S_ISREG(status.st_mode):
+        return None
+    return [status.st_size, status.st_mtime_ns]
+
+
+def check_file(shard: dict[str, Any], key: str = "state") -> None:
+    """Stop a shard whose file is not the one planned, rather than classify other bytes (a
+    file edited since, or a relative path that names another file on this worker's node)."""
+    path = Path(shard["path"])
+    if shard.get(key) is not None and file_state(path) != shard[key]:
+        raise ChangedInputError(
+            f"{path}: not the file the run was planned on (its size or modified time differ); "
+            "on a cluster give paths that name the same file on every node, and start a new "
+            "--out for changed inputs"
+        )
+
+
+class ChangedInputError(DataError):
+    """An input file differs from the one in the plan."""
+
+
+def _jsonl_shards(path: Path, every: int) -> list[dict[str, Any]]:
+    """Cut a JSON Lines file after every ``every``-th line: ``(start, end, first_line)``."""
+    cuts = [(0, 1)]  # (byte where a shard's first line begins, that line's number)
+    lines, next_cut, offset = 0, every, 0
+    with open(path, "rb") as handle:
+        while block := handle.read(SCAN_BYTES):
+            position = 0
+            while True:
+                need = next_cut - lines
+                if block.count(b"\n", position) < need:
+                    lines += block.count(b"\n", position)
+                    break
+                for _ in range(need):
+                    position = block.index(b"\n", position) + 1
+                lines = next_cut
+                cuts.append((offset + position, lines + 1))
+                next_cut += every
+            offset += len(block)
+    ends = [start for start, _ in cuts[1:]] + [offset]
+    state = file_state(path)
+    return [
+        {"kind": "jsonl", "path": str(path), "state": state, "start": start, "end": end,
+         "first_line": first}
+        for (start, first), end in zip(cuts, ends, strict=True)
+        if start < end or start == 0
+    ]  # fmt: skip
+
+
+def _parquet_shards(path: Path, every: int) -> list[dict[str, Any]]:
+    """Consecutive row groups of about ``every`` rows; a row group is never split."""
+    import pyarrow.parquet as pq
+
+    metadata = pq.ParquetFile(path).metadata
+    state = file_state(path)
+    shards: list[dict[str, Any]] = []
+    groups: list[int] = []
+    first_row = next_row = 1
+    for group in range(metadata.num_row_groups):
+        groups.append(group)
+        next_row += metadata.row_group(group).num_rows
+        if next_row - first_row >= every:
+            shards.append(_parquet_shard(path, state, groups, first_row))
+            groups, first_row = [], next_row
+    if groups or not shards:
+        shards.append(_parquet_shard(path, state, groups, first_row))
+    return shards
+
+
+def _parquet_shard(
+    path: Path, state: list[int] | None, groups: list[int], first_row: int
+) -> dict[str, Any]:
+    return {
+        "kind": "parquet", "path": str(path), "state": state, "row_groups": groups,
+        "first_row": first_row,
+    }  # fmt: skip
+
+
+def _table_shards(path: Path, every: int) -> list[dict[str, Any]]:
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".jsonl":
+            return _jsonl_shards(path, every)
+        if suffix == ".parquet":
+            return _parquet_shards(path, every)
+    except Exception:  # unreadable or corrupt: read whole, where it gets classify's error row
+        pass
+    return [{"kind": "files", "items": [{"path": str(path), "state": file_state(path)}]}]
+
+
+def build_plan(
+    inputs: list[str], text_column: str, settings: dict[str, Any], every: int = SHARD_DOCUMENTS
+) -> dict[str, Any]:
+    """Every input as shards, in input order, without reading a document."""
+    shards: list[dict[str, Any]] = []
+    loose: list[dict[str, Any]] = []
+
+    def close_loose() -> None:
+        if loose:
+            shards.append({"kind": "files", "items": list(loose)})
+            loose.clear()
+
+    for argument in inputs:
+        if argument == "-":
+            raise ConfigError(
+                "classify --engine ray: '-' (standard input) cannot be shared among workers or "
+                "resumed; save it to a file and name the file"
+            )
+        for item in expand_argument(argument):
+            if isinstance(item, InputDocument):
+                loose.append({"id": item.id, "error": item.error or ""})
+            elif is_table(item):
+                close_loose()
+                shards.extend(_table_shards(item, every))
+            else:
+                loose.append({"path": str(item), "state": file_state(item)})
+            if len(loose) >= every:
+                close_loose()
+    close_loose()
+    return {
+        "version": PLAN_VERSION,
+        "inputs": list(inputs),
+        # Relative paths are read from here, and ids keep them as given, as classify does.
+        "cwd": os.getcwd(),
+        "text_column": text_column,
+        "settings": settings,
+        "shards": shards,
+    }
+
+
+def shard_documents(shard: dict[str, Any], text_column: str) -> Iterator[InputDocument]:
+    """A shard's documents, read as ``docclass classify`` reads them."""
+    kind = shard["kind"]
+    if kind == "files":
+        for item in shard["items"]:
+            if "error" in item:
+                yield InputDocument(item["id"], error=item["error"])
+            else:
+                check_file(item)
+                yield from read_file_documents(Path(item["path"]), text_column)
+        return
+    check_file(shard)
+    if kind == "jsonl":
+        yield from jsonl_rows(
+            Path(shard["path"]), text_column, shard["start"], shard["end"], shard["first_line"]
+        )
+    elif kind == "parquet":
+        yield from parquet_rows(
+            Path(shard["path"]), text_column, shard["row_groups"], shard["first_row"]
+        )
+    else:
+        raise ValueError(f"unknown shard kind {kind!r}")
+
+
+# ------------------------------------------------------------------------------ the part files
+
+
+def part_schema(labels: list[str]):
+    """The columns of ``classify``'s CSV output, typed: one ``prob_<label>`` per class."""
+    import pyarrow as pa
+
+    word = pa.struct(
+        [("word", pa.string()), ("score", pa.float64()), ("start", pa.int64()), ("end", pa.int64())]
+    )
+    return pa.schema(
+        [
+            ("id", pa.string()),
+            ("label", pa.string()),
+            ("score", pa.float64()),
+            *((f"prob_{name}", pa.float64()) for name in labels),
+            ("truncated", pa.bool_()),
+            ("method", pa.string()),
+            ("top_words", pa.list_(word)),
+            ("warning", pa.string()),
+            ("error", pa.string()),
+        ]
+    )
+
+
+def rows_table(rows: list[dict[str, Any]], labels: list[str]):
+    import pyarrow as pa
+
+    schema = part_schema(labels)
+    columns: dict[str, list[Any]] = {name: [] for name in schema.names}
+    for row in rows:
+        probs = row.get("probs") or {}
+        for name in schema.names:
+            if name.startswith("prob_") and name[5:] in labels:
+                columns[name].append(probs.get(name[5:]))
+            elif name == "top_words":
+                columns[name].append(
+                    [{k: w[k] for k in ("word", "score", "start", "end")} for w in row[name]]
+                    if row.get(name) is not None
+                    else None
+                )
+            else:
+                columns[name].append(row.get(name))
+    return pa.table(columns, schema=schema)
+
+
+def write_part(out: Path, index: int, rows: list[dict[str, Any]], labels: list[str]) -> None:
+    """Write a shard's rows whole or not at all: a temporary file renamed into place."""
+    import pyarrow.parquet as pq
+
+    final = out / part_name(index)
+    temporary = out / f".{final.name}.{os.getpid()}.tmp"
+    pq.write_table(rows_table(rows, labels), temporary)
+    os.replace(temporary, final)
+
+
+def peak_rss_mib() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+class ShardClassifier:
+    """A Ray Data actor: one model, many shards. Each call classifies and writes its shards
+    and returns one small summary row per shard."""
+
+    def __init__(
+        self,
+        ckpt: str,
+        out: str,
+        cwd: str,
+        device: str,
+        threads: int,
+        text_column: str,
+        batch_size: int,
+        top_words: int,
+        method: str | None,
+    ) -> None:
+        import torch
+
+        from docclass.inference.classifier import DocClassifier
+
+        torch.set_num_threads(max(1, threads))
+        if Path(cwd).is_dir():  # the driver's, so relative paths name the planned files
+            os.chdir(cwd)
+        self.classifier = DocClassifier.load(ckpt, device)
+        self.out = Path(out)
+        self.text_column, self.batch_size = text_column, batch_size
+        self.top_words, self.method = top_words, method
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
+        summary: dict[str, list[Any]] = {key: [] for key in SUMMARY_COLUMNS}
+        for index, shard_json in zip(batch["index"], batch["shard"], strict=True):
+            shard = json.loads(str(shard_json))
+            try:
+                rows = list(
+                    classify_documents(
+                        self.classifier,
+                        shard_documents(shard, self.text_column),
+                        self.batch_size,
+                        self.top_words,
+                        method=self.method,
+                    )
+                )
+            except ChangedInputError as error:  # the user's to fix: no part, the run goes on
+                rows, failed = [], str(error)
+            else:
+                write_part(self.out, int(index), rows, self.classifier.labels)
+                failed = ""
+            summary["index"].append(int(index))
+            summary["failed"].append(failed)
+            summary["worker"].append(os.getpid())
+            summary["peak_rss_mib"].append(peak_rss_mib())
+        return summary
+
+
+SUMMARY_COLUMNS = ("index", "failed", "worker", "peak_rss_mib")
+
+
+# ---------------------------------------------------------------------------------- the driver
+
+
+def _first_difference(old: dict[str, Any], new: dict[str, Any]) -> str:
+    for key in new:
+        if old.get(key) != new[key]:
+            return key
+    return next((key for key in old if key not in new), "version")
+
+
+def open_run_folder(out: Path, plan: dict[str, Any]) -> list[int]:
+    """Write ``plan.json`` on a first run, check it on a resumed one; return the shards that
+    still need a part file."""
+    out.mkdir(parents=True, exist_ok=True)
+    plan_path = out / PLAN_FILE
+    if plan_path.exists():
+        try:
+            old = json.loads(plan_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise ConfigError(f"{plan_path}: unreadable ({error}); give a new --out") from error
+        if old != plan:
+            differs = _first_difference(old, plan)
+            raise ConfigError(
+                f"{out}: holds a run of other inputs, files or settings ({differs!r} differs "
+                "from its plan.json); give a new --out, or delete that folder"
+            )
+    else:
+        temporary = out / f".{PLAN_FILE}.tmp"
+        temporary.write_text(json.dumps(plan), encoding="utf-8")
+        os.replace(temporary, plan_path)
+    for stale in out.glob(".part-*.tmp"):  # left by a worker killed while writing
+        stale.unlink(missing_ok=True)
+    return [i for i in range(len(plan["shards"])) if not (out / part_name(i)).exists()]
+
+
+def _exit(signum: int, frame: Any) -> None:
+    sys.exit(128 + signum)
+
+
+def _start_ray(address: str | None) -> bool:
+    """Join the cluster at ``address``, or start a local Ray; True when this call started it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    ray.init(
+        address=address,
+        include_dashboard=False,
+        logging_level="ERROR",
+        log_to_driver=True,
+        configure_logging=True,
+    )
+    return True
+
+
+def classify_on_ray(
+    ckpt: str,
+    inputs: list[str],
+    out: str,
+    text_column: str = "text",
+    top_words: int = 0,
+    batch_size: int = 64,
+    device: str = "auto",
+    method: str | None = None,
+    address: str | None = None,
+    workers: int | None = None,
+    cpus_per_worker: int = 1,
+    num_gpus: float = 0,
+    shard_documents: int = SHARD_DOCUMENTS,
+    progress: bool | None = None,
+) -> dict[str, Any]:
+    """Classify on Ray Data into ``out/part-*.parquet``; run it again to resume.
+
+    Returns counts: documents, errors, warnings, truncated (of the whole run, resumed parts
+    included), shards, shards_skipped (found written), shards_classified, and each worker's
+    peak memory.
+    """
+    try:
+        import ray  # noqa: F401
+        import ray.data  # noqa: F401
+    except ImportError as error:
+        raise ConfigError(
+            "classify --engine ray needs Ray: pip install -e '.[ray]' (or pip install 'ray[data]')"
+        ) from error
+    if not out or out == "-" or out.lower().endswith((".csv", ".jsonl", ".json")):
+        raise ConfigError(
+            f"--out {out!r}: --engine ray writes Parquet parts into a folder; give --out <folder>"
+        )
+    out_dir = Path(out)
+    plan = build_plan(
+        inputs, text_column, _model_settings(ckpt, top_words, method, batch_size), shard_documents
+    )
+    todo = open_run_folder(out_dir, plan)
+    worker = {
+        "ckpt": str(ckpt), "out": str(out_dir.resolve()), "cwd": plan["cwd"],
+        "device": device if num_gpus else "cpu", "threads": cpus_per_worker,
+        "text_column": text_column, "batch_size": batch_size, "top_words": top_words,
+        "method": method,
+    }  # fmt: skip
+    peaks: dict[str, float] = {}
+    if todo:
+        show = sys.stderr.isatty() if progress is None else progress
+        resources = {"workers": workers, "cpus": cpus_per_worker, "gpus": num_gpus}
+        peaks = _run_shards(plan, todo, worker, resources, address, show)
+    shards = len(plan["shards"])
+    result: dict[str, Any] = {
+        **_count_parts(out_dir, shards),
+        "shards": shards,
+        "shards_skipped": shards - len(todo),
+        "shards_classified": len(todo),
+        "workers": len(peaks),
+        "worker_peak_rss_mib": peaks,
+    }
+    (out_dir / SUMMARY_FILE).write_text(json.dumps(result, indent=2), encoding="utf-8")
+    return result
+
+
+def _model_settings(
+    ckpt: str, top_words: int, method: str | None, batch_size: int
+) -> dict[str, Any]:
+    """What the plan records of the model. Loaded once here, so that a bad checkpoint is one
+    line before Ray starts, and so that a resumed run must use the same weights."""
+    from docclass.inference.classifier import DocClassifier
+
+    classifier = DocClassifier.load(ckpt, "cpu")
+    return {
+        "ckpt": str(ckpt),
+        "weights": classifier.trained.fingerprint,
+        "labels": classifier.labels,
+        "top_words": top_words,
+        "method": (method or classifier.default_method) if top_words else None,
+        "batch_size": batch_size,
+    }
+
+
+def _run_shards(
+    plan: dict[str, Any],
+    todo: list[int],
+    worker: dict[str, Any],
+    resources: dict[str, Any],
+    address: str | None,
+    show: bool,
+) -> dict[str, float]:
+    """Classify the ``todo`` shards on Ray; return each worker's peak memory (MiB)."""
+    import ray
+    import ray.data
+    from tqdm import tqdm
+
+    # SIGTERM becomes SystemExit, so that the ``finally`` below stops the local Ray it started.
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _exit) if on_main_thread else None
+    started = _start_ray(address)
+    peaks: dict[str, float] = {}
+    failures: list[str] = []
+    try:
+        workers, gpus = resources["workers"], resources["gpus"]
+        if workers is None:
+            available = ray.cluster_resources()
+            share = (
+                available.get("GPU", 0) / gpus
+                if gpus
+                else available.get("CPU", 1) / resources["cpus"]
+            )
+            workers = max(1, int(share))
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        rows = [{"index": i, "shard": json.dumps(plan["shards"][i])} for i in todo]
+        summaries = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
+            ShardClassifier,
+            batch_size=1,
+            compute=ray.data.ActorPoolStrategy(size=workers),
+            num_cpus=resources["cpus"],
+            num_gpus=gpus,
+            fn_constructor_kwargs=worker,
+        )
+        with tqdm(total=len(todo), desc="shards", unit="shard", disable=not show) as bar:
+            for row in summaries.iter_rows():
+                bar.update(1)
+                pid = str(row["worker"])
+                peaks[pid] = max(peaks.get(pid, 0.0), row["peak_rss_mib"])
+                if row["failed"]:
+                    failures.append(row["failed"])
+    except Exception as error:
+        raise _stopped(error, worker["out"], len(plan["shards"])) from error
+    finally:
+        if started:
+            ray.shutdown()
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+    if failures:
+        raise DataError(
+            f"{failures[0]} ({len(failures)} part files not written; the others are, and the "
+            "same command classifies only what is missing)"
+        )
+    return peaks
+
+
+def _stopped(error: Exception, out: str, shards: int) -> RunStopped:
+    """A run Ray could not finish, as one line: how far it got, and that the same command
+    resumes it."""
+    written = sum(1 for _ in Path(out).glob("part-*.parquet"))
+    # Ray's message holds the worker's traceback: name the first exception in it.
+    lines = [line for line in str(error).splitlines() if USER_EXCEPTION.match(line)]
+    reason = lines[0] if lines else type(error).__name__
+    return RunStopped(
+        f"{out}: the run stopped with {written} of {shards} part files written ({reason}); "
+        "the same command resumes it"
+    )
+
+
+USER_EXCEPTION = re.compile(r"^(?!ray\.)[A-Za-z_][\w.]*(Error|Exception|Interrupt): ")
+
+
+def _count_parts(out_dir: Path, shards: int) -> dict[str, int]:
+    """The run's counts, read back from every part file (the resumed ones included)."""
+    import pyarrow.parquet as pq
+
+    missing = [i for i in range(shards) if not (out_dir / part_name(i)).exists()]
+    if missing:
+        raise RuntimeError(f"{out_dir}: shards {missing[:5]} have no part file after the run")
+    counts = {"documents": 0, "errors": 0, "warnings": 0, "truncated": 0}
+    for index in range(shards):
+        table = pq.read_table(out_dir / part_name(index), columns=["error", "warning", "truncated"])
+        counts["documents"] += table.num_rows
+        counts["errors"] += table.num_rows - table["error"].null_count
+        counts["warnings"] += table.num_rows - table["warning"].null_count
+        counts["truncated"] += sum(bool(v) for v in table["truncated"].to_pylist())
+    return counts

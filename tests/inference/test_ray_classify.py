@@ -1,0 +1,332 @@
+"""``classify --engine ray``: the same rows as ``classify``, each input row exactly once, through
+a worker killed mid-shard and a driver killed mid-run (real SIGKILLs, on a local Ray with 2
+workers started by the command itself).
+
+A named pipe among the inputs makes the kills land mid-run without timing: the worker that reads
+it blocks until the test writes the document, so the test knows which process holds which shard.
+"""
+
+import dataclasses
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from docclass.cli import main
+from docclass.inference.classify import read_inputs
+from docclass.errors import ConfigError
+from docclass.inference.ray_classify import (
+    ChangedInputError,
+    ShardClassifier,
+    _stopped,
+    build_plan,
+    open_run_folder,
+    part_name,
+    shard_documents,
+)
+from helpers import write_every_input_kind
+
+WAIT_S = 120
+
+
+@pytest.fixture(scope="module")
+def ckpt(fitted) -> Path:
+    return fitted / "checkpoints" / "last.ckpt"
+
+
+def hostile_arguments(root: Path) -> list[str]:
+    names = ["folder", "empty.txt", "latin1.txt", "binary.bin", "long.txt", "rows.*",
+             "missing.txt", "*.nothing"]  # fmt: skip
+    return [str(root / name) for name in names]
+
+
+def ray_classify(ckpt, arguments, out, *extra, **popen):
+    command = [sys.executable, "-m", "docclass.cli", "classify", "--ckpt", str(ckpt),
+               "--text_column", "body", *map(str, arguments), "--engine", "ray",
+               "--out", str(out), "--workers", "2", "--progress", "false", *extra]  # fmt: skip
+    return subprocess.Popen(command, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def finished(process) -> str:
+    _, err = process.communicate(timeout=WAIT_S)
+    assert process.returncode == 0, err[-3000:]
+    return err
+
+
+def part_rows(out: Path) -> list[dict]:
+    """Every row of every part file, parts in plan order."""
+    plan = json.loads((out / "plan.json").read_text())
+    rows: list[dict] = []
+    for index in range(len(plan["shards"])):
+        rows += pq.read_table(out / part_name(index)).to_pylist()
+    return rows
+
+
+def local_rows(ckpt, arguments, tmp_path, capsys, *extra) -> list[dict]:
+    out = tmp_path / "local.jsonl"
+    main(["classify", "--ckpt", str(ckpt), "--text_column", "body", *map(str, arguments),
+          "--out", str(out), *extra])  # fmt: skip
+    capsys.readouterr()
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def assert_same_rows(parts: list[dict], local: list[dict]) -> None:
+    assert [row["id"] for row in parts] == [row["id"] for row in local]
+    for part, row in zip(parts, local, strict=True):
+        for key in ("label", "error", "warning", "method"):
+            assert part[key] == row.get(key), (key, part, row)
+        assert bool(part["truncated"]) == bool(row.get("truncated")), (part, row)
+        for label, probability in (row.get("probs") or {}).items():
+            assert part[f"prob_{label}"] == pytest.approx(probability, abs=1e-6)
+        if row.get("top_words"):
+            assert [w["word"] for w in part["top_words"]] == [w["word"] for w in row["top_words"]]
+        if row.get("label") is None:
+            assert all(v is None for k, v in part.items() if k.startswith("prob_"))
+
+
+# -------------------------------------------------------------------------- the plan (no Ray)
+
+
+def test_the_plan_reads_every_document_once_in_input_order(tmp_path):
+    root = write_every_input_kind(tmp_path / "in")
+    lines = [json.dumps({"body": f"document {n}"}) for n in range(23)]
+    lines[4], lines[9], lines[15] = "", "{not json", "[1, 2]"  # blank, broken, not an object
+    # CRLF endings, a lone carriage return inside a line, no newline after the last line.
+    (root / "many.jsonl").write_bytes(
+        ("\r\n".join(lines[:12]) + "\r\n" + "\n".join(lines[12:])).encode().replace(
+            b"document 13", b"document\r13"
+        )
+    )
+    pq.write_table(
+        pa.table({"body": [f"row {n}" if n != 5 else None for n in range(10)]}),
+        root / "groups.parquet",
+        row_group_size=3,
+    )
+    arguments = [*hostile_arguments(root), str(root / "many.jsonl"), str(root / "groups.parquet")]
+    whole = [dataclasses.asdict(d) for d in read_inputs(arguments, "body")]
+    assert len(whole) == 14 + 22 + 10
+    for every in (1, 2, 4, 100):
+        plan = build_plan(arguments, "body", {}, every)
+        parts = [
+            dataclasses.asdict(d)
+            for shard in plan["shards"]
+            for d in shard_documents(shard, "body")
+        ]
+        assert parts == whole, every
+        jsonl = [s for s in plan["shards"] if s["kind"] == "jsonl" and "many" in s["path"]]
+        parquet = [s for s in plan["shards"] if s["kind"] == "parquet" and "groups" in s["path"]]
+        assert len(jsonl) == -(-23 // every)  # cut after every `every` lines
+        assert len(parquet) == (4 if every <= 3 else 2 if every == 4 else 1)  # groups 3,3,3,1
+
+
+@pytest.mark.fault(
+    "classify --engine ray: an input file edited after the run was planned (or, on a cluster, "
+    "a relative path naming another file on a worker's node)",
+    "its shard is not classified: the worker returns the reason, the others go on; a resumed "
+    "run with the edited file is refused in one line",
+)
+def test_a_file_changed_after_planning_is_never_classified(tmp_path, ckpt):
+    document = tmp_path / "a.txt"
+    document.write_text("Shares rose after profits beat forecasts.")
+    plan = build_plan([str(document)], "text", {"weights": "w"})
+    out = tmp_path / "parts"
+    assert open_run_folder(out, plan) == [0]
+    document.write_text("Film wins award at festival, and more words than before.")
+    with pytest.raises(ChangedInputError, match="not the file the run was planned on"):
+        list(shard_documents(plan["shards"][0], "text"))
+    worker = ShardClassifier(str(ckpt), str(out), os.getcwd(), "cpu", 1, "text", 8, 0, None)
+    summary = worker({"index": [0], "shard": [json.dumps(plan["shards"][0])]})
+    assert "a.txt: not the file" in summary["failed"][0]
+    assert not (out / part_name(0)).exists()
+    # The same command now plans other bytes: refused rather than mixed with the first plan.
+    with pytest.raises(ConfigError, match="'shards' differs from its plan.json"):
+        open_run_folder(out, build_plan([str(document)], "text", {"weights": "w"}))
+    with pytest.raises(ConfigError, match="'settings' differs"):
+        open_run_folder(out, {**plan, "settings": {"weights": "other"}})
+
+
+def test_a_stopped_run_names_the_workers_exception():
+    ray_message = (
+        "ray::MapWorker(MapBatches(ShardClassifier)).submit() (pid=1)\n"
+        '  File "x.py", line 6, in __call__\n'
+        "MemoryError: cannot allocate 2 GiB\n\n"
+        "ray.exceptions.UserCodeException: UDF failed to process a data block."
+    )
+    stopped = _stopped(RuntimeError(ray_message), "/nowhere", 7)
+    assert str(stopped) == (
+        "/nowhere: the run stopped with 0 of 7 part files written (MemoryError: cannot allocate "
+        "2 GiB); the same command resumes it"
+    )
+
+
+def test_a_plan_refuses_standard_input(tmp_path, capsys, ckpt):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["classify", "--ckpt", str(ckpt), "-", "--engine", "ray", "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("docclass: error:") and "standard input" in line
+
+
+def test_ray_output_must_be_a_folder(tmp_path, capsys, ckpt):
+    for out in ("rows.jsonl", "-"):
+        with pytest.raises(SystemExit):
+            main(["classify", "--ckpt", str(ckpt), str(tmp_path), "--engine", "ray",
+                  "--out", out])  # fmt: skip
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "--out <folder>" in line
+
+
+# ----------------------------------------------------------------------------- on a local Ray
+
+
+@pytest.mark.fault(
+    "classify --engine ray: every bad input of classify (empty, binary, non-UTF-8, too long, "
+    "row without its text, missing path, empty glob)",
+    "the same error, warning and truncated rows as classify, in the same order; then a run "
+    "with other inputs into the same --out is one line",
+)
+def test_ray_rows_equal_classify_rows(tmp_path, capsys, ckpt):
+    root = write_every_input_kind(tmp_path / "in")
+    arguments = hostile_arguments(root)
+    out = tmp_path / "parts"
+    err = finished(ray_classify(ckpt, arguments, out, "--top_words", "2"))
+    local = local_rows(ckpt, arguments, tmp_path, capsys, "--top_words", "2")
+    assert_same_rows(part_rows(out), local)
+    assert len(local) == 14 and sum(row.get("error") is not None for row in local) == 7
+    assert "classified 7 of 14 documents (7 errors, 1 warnings, 1 truncated)" in err
+    summary = json.loads((out / "classify.json").read_text())
+    assert summary["documents"] == 14 and summary["errors"] == 7 and summary["workers"] >= 1
+
+    # Other inputs into the same folder would mix two runs' rows: refused, nothing written.
+    with pytest.raises(SystemExit):
+        main(["classify", "--ckpt", str(ckpt), str(root / "folder"), "--engine", "ray",
+              "--out", str(out)])  # fmt: skip
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "holds a run of other inputs" in line and "'inputs'" in line
+
+
+def pipe_readers(pipe: Path, other_than: set[int]) -> list[int]:
+    """The processes with the named pipe open."""
+    found = []
+    for link in glob.glob("/proc/[0-9]*/fd/*"):
+        try:
+            if os.readlink(link) == str(pipe):
+                pid = int(link.split("/")[2])
+                if pid not in other_than:
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def wait_for(condition, what: str):
+    deadline = time.monotonic() + WAIT_S
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {WAIT_S} s for {what}")
+        time.sleep(0.05)
+    return value
+
+
+def blocking_inputs(root: Path) -> tuple[list[str], Path]:
+    """40 short documents with a named pipe in the middle: its reader waits for the test."""
+    root.mkdir(parents=True)
+    topics = ["shares profits market", "film award festival", "match striker goal"]
+    for n in range(40):
+        (root / f"doc{n:02d}.txt").write_text(f"{topics[n % 3]} number {n} " * 5)
+    pipe = root / "pipe.txt"
+    os.mkfifo(pipe)
+    return [str(root / "doc0*.txt"), str(root / "doc1*.txt"), str(pipe),
+            str(root / "doc[23]*.txt")], pipe  # fmt: skip
+
+
+PIPE_TEXT = b"The film won the award at the festival."
+
+
+@pytest.mark.fault(
+    "classify --engine ray: a worker process killed (SIGKILL) while it holds a shard",
+    "Ray restarts it and retries the shard: every input row exactly once",
+)
+def test_a_killed_worker_loses_and_repeats_nothing(tmp_path, capsys, ckpt):
+    arguments, pipe = blocking_inputs(tmp_path / "in")
+    me = {os.getpid()}
+    # Held open for writing so the worker's read waits for data instead of seeing the end.
+    writer = os.open(pipe, os.O_RDWR)
+    out = tmp_path / "parts"
+    try:
+        run = ray_classify(ckpt, arguments, out, "--shard_documents", "4")
+        victim = wait_for(lambda: pipe_readers(pipe, me), "a worker to read the pipe")[0]
+        os.kill(victim, signal.SIGKILL)
+        os.write(writer, PIPE_TEXT)
+        # Close our end only once the retried shard's reader has the pipe open: then it reads
+        # the document and the end of the file.
+        wait_for(lambda: pipe_readers(pipe, me | {victim}), "the retried shard to read the pipe")
+    finally:
+        os.close(writer)
+    err = finished(run)
+    assert "classified 41 of 41 documents (0 errors" in err, err[-2000:]
+    rows = part_rows(out)
+    local = local_rows(ckpt, [a for a in arguments if "pipe" not in a], tmp_path, capsys)
+    assert sorted(row["id"] for row in rows) == sorted([row["id"] for row in local] + [str(pipe)])
+    piped = next(row for row in rows if row["id"] == str(pipe))
+    assert piped["label"] and piped["error"] is None
+
+
+@pytest.mark.fault(
+    "classify --engine ray: the driver killed (SIGKILL) mid-run, then the same command again",
+    "the resumed run skips the part files already written (not rewritten) and ends with every "
+    "input row exactly once",
+)
+def test_a_killed_run_resumes_without_redoing_written_parts(tmp_path, capsys, ckpt):
+    arguments, pipe = blocking_inputs(tmp_path / "in")
+    me = {os.getpid()}
+    writer = os.open(pipe, os.O_RDWR)
+    out = tmp_path / "parts"
+    try:
+        first = ray_classify(ckpt, arguments, out, "--shard_documents", "4")
+        wait_for(lambda: pipe_readers(pipe, me), "a worker to read the pipe")
+        # The pipe's shard (the sixth of 11) cannot finish; let the other worker write parts.
+        wait_for(lambda: len(list(out.glob("part-*.parquet"))) >= 3, "parts to be written")
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+        written = {p.name: p.stat().st_mtime_ns for p in out.glob("part-*.parquet")}
+        # Ray's own processes go when their driver goes; the pipe's reader among them.
+        wait_for(lambda: not pipe_readers(pipe, me), "the killed run's workers to exit")
+        assert part_name(5) not in written and 3 <= len(written) < 11
+        second = ray_classify(ckpt, arguments, out, "--shard_documents", "4")
+        wait_for(lambda: pipe_readers(pipe, me), "the resumed run to read the pipe")
+        os.write(writer, PIPE_TEXT)
+    finally:
+        os.close(writer)
+    err = finished(second)
+    summary = json.loads((out / "classify.json").read_text())
+    assert summary["shards"] == 11 and summary["shards_skipped"] == len(written)
+    assert summary["shards_classified"] == 11 - len(written) and summary["documents"] == 41
+    assert f"({len(written)} found written, {11 - len(written)} classified now)" in err
+    for name, modified in written.items():  # not classified or written again
+        assert (out / name).stat().st_mtime_ns == modified
+    rows = part_rows(out)
+    ids = [row["id"] for row in rows]
+    assert len(ids) == len(set(ids)) == 41
+    local = local_rows(ckpt, [a for a in arguments if "pipe" not in a], tmp_path, capsys)
+    assert_same_rows([row for row in rows if row["id"] != str(pipe)], local)
+
+
+def test_the_default_engine_never_imports_ray(tmp_path, ckpt):
+    (tmp_path / "a.txt").write_text("Shares rose after profits beat forecasts.")
+    script = (
+        "import sys; from docclass.cli import main\n"
+        f"main(['classify', '--ckpt', {str(ckpt)!r}, {str(tmp_path / 'a.txt')!r},"
+        f" '--out', {str(tmp_path / 'rows.jsonl')!r}])\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] == 'ray'], 'ray imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, timeout=120)
+    assert json.loads((tmp_path / "rows.jsonl").read_text())["label"]
