@@ -12,7 +12,7 @@ PIP_FLAGS := $(if $(WHEELS),--find-links $(WHEELS),)
 CHROMIUM := $(shell command -v chromium 2>/dev/null)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: demo test test-full lint format seeds inference-options report-speed report-cap report-scale classify-memory serve-load batching-speed bench long-documents planted-keyword faithfulness streaming-speed encoder-speed cold-start corpora browser clean
+.PHONY: demo test test-full lint format seeds inference-options report-speed report-cap report-scale classify-memory ray-classify serve-load batching-speed bench long-documents planted-keyword faithfulness streaming-speed encoder-speed cold-start corpora browser clean
 
 # lxt (AttnLRP's reference implementation, for the tests that check docclass's relevance rules
 # against it) is installed without its dependencies: they include open_clip_torch and
@@ -68,6 +68,9 @@ cold-start: $(STAMP)  ## start-up of docclass --help and classify against `impor
 classify-memory: $(STAMP)  ## peak memory of `docclass classify` as the corpus grows (after `make demo`)
 	$(BIN)/python -m scripts.classify_memory --ckpt reports/bbc/checkpoints/last.ckpt \
 		--sizes 2000 20000 200000 --out reports/classify-memory.json
+
+ray-classify: $(STAMP)  ## classify --engine ray (2 workers) ÷ single-process classify, 1M short + 100k BBC-length documents (after `make demo`; ~25 min)
+	$(BIN)/python -m scripts.ray_classify --ckpt reports/bbc/checkpoints/last.ckpt --out reports/ray-classify.json
 
 inference-options: $(STAMP)  ## classify on CPU: float32 vs torch.compile, int8, bf16, beside TF-IDF+SVM and fastText (after `make demo`; ~3 min)
 	$(BIN)/python -m pip install --quiet $(PIP_FLAGS) -e ".[bench]"

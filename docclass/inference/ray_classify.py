@@ -11,12 +11,15 @@ same ``classify_documents`` (so the same token-limited batcher cuts its batches)
 
 Why this gives every input row exactly once:
 
-- a shard's rows are written by one rename, so a part file is whole or absent;
-- a worker killed mid-shard leaves no part; Ray restarts the actor and retries the shard;
-  a shard retried after its rename writes the same rows under the same name;
+- a shard's rows are written by one rename (after an fsync), so a part file is whole or absent,
+  and its Parquet metadata names the plan it belongs to;
+- a worker killed mid-shard leaves no part; Ray restarts the actor and retries the shard (at
+  most ``RETRIES`` times); a shard retried after its rename writes the same rows again;
 - a run killed as a whole is started again with the same command: the plan is rebuilt and
-  must equal ``plan.json`` (same inputs, sizes, settings and model), and only the shards
-  without a part file are classified.
+  must equal ``_plan.json`` (same inputs, file sizes and times, settings and weights), and
+  only the shards without a whole part of that plan are classified;
+- workers check each file's size and time, and the model's fingerprint, against the plan, so
+  an edited file or a path naming another file on a worker's node is an error, never rows.
 
 Ray's own file readers are not used for documents: they stop the job at a malformed row, and a
 position inside them cannot be named again after a restart, which resuming needs.
@@ -24,7 +27,10 @@ position inside them cannot be named again after a restart, which resuming needs
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import logging
 import os
 import re
 import resource
@@ -32,6 +38,7 @@ import signal
 import stat
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,9 +54,18 @@ from docclass.inference.classify import (
     read_file_documents,
 )
 
-PLAN_FILE = "plan.json"
-SUMMARY_FILE = "classify.json"
+log = logging.getLogger(__name__)
+
+PLAN_FILE = "_plan.json"
+SUMMARY_FILE = "_summary.json"
+LOCK_FILE = "_lock"
+# Ray restarts a killed worker and retries its shard this many times, then the run stops (a
+# document that kills its worker every time must not retry for ever).
+RETRIES = 3
 PLAN_VERSION = 1
+# Each part's Parquet metadata names the plan it belongs to under this key.
+PLAN_KEY = "docclass.plan"
+WRITE_ROWS = 1024
 SHARD_DOCUMENTS = 10_000
 # JSON Lines files are scanned in blocks this large to find where each shard's lines begin.
 SCAN_BYTES = 1 << 24
@@ -66,9 +82,12 @@ def file_state(path: Path) -> list[int] | None:
     """Size and modification time of a regular file (None for anything else: a pipe's change
     with every write). A resumed run, and every worker, must read the bytes the plan saw."""
     try:
-        status = path.stat()
+        return _state_of(path.stat())
     except OSError:
         return None
+
+
+def _state_of(status: os.stat_result) -> list[int] | None:
     if not stat.S_ISREG(status.st_mode):
         return None
     return [status.st_size, status.st_mtime_ns]
@@ -95,21 +114,21 @@ def _jsonl_shards(path: Path, every: int) -> list[dict[str, Any]]:
     cuts = [(0, 1)]  # (byte where a shard's first line begins, that line's number)
     lines, next_cut, offset = 0, every, 0
     with open(path, "rb") as handle:
+        state = _state_of(os.fstat(handle.fileno()))
         while block := handle.read(SCAN_BYTES):
-            position = 0
-            while True:
-                need = next_cut - lines
-                if block.count(b"\n", position) < need:
-                    lines += block.count(b"\n", position)
-                    break
-                for _ in range(need):
+            position, left = 0, block.count(b"\n")  # newlines in the block after ``position``
+            while left >= next_cut - lines:
+                for _ in range(next_cut - lines):
                     position = block.index(b"\n", position) + 1
+                left -= next_cut - lines
                 lines = next_cut
                 cuts.append((offset + position, lines + 1))
                 next_cut += every
+            lines += left
             offset += len(block)
+    if state is None or file_state(path) != state or offset != state[0]:
+        raise ChangedInputError(f"{path}: changed while the run was planned; run it again")
     ends = [start for start, _ in cuts[1:]] + [offset]
-    state = file_state(path)
     return [
         {"kind": "jsonl", "path": str(path), "state": state, "start": start, "end": end,
          "first_line": first}
@@ -124,6 +143,16 @@ def _parquet_shards(path: Path, every: int) -> list[dict[str, Any]]:
 
     metadata = pq.ParquetFile(path).metadata
     state = file_state(path)
+    largest = max(
+        (metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)), default=0
+    )
+    if largest > 4 * every:
+        log.warning(
+            "%s: row groups of up to %d rows, and a Parquet file is cut only between row "
+            "groups, so fewer workers share it; write it with row groups of about %d rows "
+            "(pyarrow.parquet.write_table(..., row_group_size=%d))",
+            path, largest, every, every,
+        )  # fmt: skip
     shards: list[dict[str, Any]] = []
     groups: list[int] = []
     first_row = next_row = 1
@@ -149,11 +178,19 @@ def _parquet_shard(
 
 def _table_shards(path: Path, every: int) -> list[dict[str, Any]]:
     suffix = path.suffix.lower()
+    if path.exists() and file_state(path) is None:
+        # A pipe would be read here to plan, leaving nothing for the worker.
+        raise ConfigError(
+            f"{path}: a table for --engine ray must be a regular file (not a pipe or device); "
+            "save it to a file first"
+        )
     try:
         if suffix == ".jsonl":
             return _jsonl_shards(path, every)
         if suffix == ".parquet":
             return _parquet_shards(path, every)
+    except ChangedInputError:
+        raise
     except Exception:  # unreadable or corrupt: read whole, where it gets classify's error row
         pass
     return [{"kind": "files", "items": [{"path": str(path), "state": file_state(path)}]}]
@@ -248,10 +285,9 @@ def part_schema(labels: list[str]):
     )
 
 
-def rows_table(rows: list[dict[str, Any]], labels: list[str]):
+def rows_table(rows: list[dict[str, Any]], labels: list[str], schema):
     import pyarrow as pa
 
-    schema = part_schema(labels)
     columns: dict[str, list[Any]] = {name: [] for name in schema.names}
     for row in rows:
         probs = row.get("probs") or {}
@@ -269,14 +305,53 @@ def rows_table(rows: list[dict[str, Any]], labels: list[str]):
     return pa.table(columns, schema=schema)
 
 
-def write_part(out: Path, index: int, rows: list[dict[str, Any]], labels: list[str]) -> None:
-    """Write a shard's rows whole or not at all: a temporary file renamed into place."""
+def write_part(
+    out: Path, index: int, rows: Iterator[dict[str, Any]], labels: list[str], plan_hash: str
+) -> None:
+    """Write a shard's rows whole or not at all: streamed into a temporary file, flushed to
+    disk, renamed into place. The part names its plan, so a resumed run counts only parts of
+    its own plan as done."""
     import pyarrow.parquet as pq
 
     final = out / part_name(index)
     temporary = out / f".{final.name}.{os.getpid()}.tmp"
-    pq.write_table(rows_table(rows, labels), temporary)
+    schema = part_schema(labels).with_metadata({PLAN_KEY: plan_hash})
+    with pq.ParquetWriter(temporary, schema) as writer:
+        chunk: list[dict[str, Any]] = []
+        written = 0
+        for row in rows:
+            chunk.append(row)
+            if len(chunk) == WRITE_ROWS:
+                writer.write_table(rows_table(chunk, labels, schema))
+                written, chunk = written + len(chunk), []
+        if chunk or not written:
+            writer.write_table(rows_table(chunk, labels, schema))
+    _fsync(temporary)
     os.replace(temporary, final)
+    _fsync(out)  # the rename itself, so a machine that stops now keeps the part
+
+
+def _fsync(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def part_done(path: Path, plan_hash: str) -> bool:
+    """A part file that is whole (its footer reads) and of this plan."""
+    import pyarrow.parquet as pq
+
+    try:
+        metadata = pq.read_schema(path).metadata or {}
+    except Exception:  # absent, or cut short by a machine that stopped: classified again
+        return False
+    return metadata.get(PLAN_KEY.encode()) == plan_hash.encode()
+
+
+def plan_hash(plan: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(plan, sort_keys=True).encode()).hexdigest()
 
 
 def peak_rss_mib() -> float:
@@ -298,16 +373,25 @@ class ShardClassifier:
         batch_size: int,
         top_words: int,
         method: str | None,
+        plan_hash: str,
+        weights: str,
     ) -> None:
         import torch
 
         from docclass.inference.classifier import DocClassifier
 
         torch.set_num_threads(max(1, threads))
+        # The tokenizer's own thread pool would otherwise take every core of the node.
+        os.environ["RAYON_NUM_THREADS"] = str(max(1, threads))
         if Path(cwd).is_dir():  # the driver's, so relative paths name the planned files
             os.chdir(cwd)
         self.classifier = DocClassifier.load(ckpt, device)
-        self.out = Path(out)
+        if self.classifier.trained.fingerprint != weights:
+            raise ChangedInputError(
+                f"{ckpt}: not the weights the run was planned with (the file changed, or names "
+                "another model on this node); start a new --out"
+            )
+        self.out, self.plan_hash = Path(out), plan_hash
         self.text_column, self.batch_size = text_column, batch_size
         self.top_words, self.method = top_words, method
 
@@ -315,21 +399,20 @@ class ShardClassifier:
         summary: dict[str, list[Any]] = {key: [] for key in SUMMARY_COLUMNS}
         for index, shard_json in zip(batch["index"], batch["shard"], strict=True):
             shard = json.loads(str(shard_json))
+            rows = classify_documents(
+                self.classifier,
+                shard_documents(shard, self.text_column),
+                self.batch_size,
+                self.top_words,
+                method=self.method,
+            )
             try:
-                rows = list(
-                    classify_documents(
-                        self.classifier,
-                        shard_documents(shard, self.text_column),
-                        self.batch_size,
-                        self.top_words,
-                        method=self.method,
-                    )
-                )
-            except ChangedInputError as error:  # the user's to fix: no part, the run goes on
-                rows, failed = [], str(error)
-            else:
-                write_part(self.out, int(index), rows, self.classifier.labels)
+                write_part(self.out, int(index), rows, self.classifier.labels, self.plan_hash)
                 failed = ""
+            except ChangedInputError as error:  # the user's to fix: no part, the run goes on
+                failed = str(error)
+                for temporary in self.out.glob(f".{part_name(int(index))}.{os.getpid()}.tmp"):
+                    temporary.unlink(missing_ok=True)
             summary["index"].append(int(index))
             summary["failed"].append(failed)
             summary["worker"].append(os.getpid())
@@ -351,10 +434,15 @@ def _first_difference(old: dict[str, Any], new: dict[str, Any]) -> str:
 
 
 def open_run_folder(out: Path, plan: dict[str, Any]) -> list[int]:
-    """Write ``plan.json`` on a first run, check it on a resumed one; return the shards that
+    """Write ``_plan.json`` on a first run, check it on a resumed one; return the shards that
     still need a part file."""
     out.mkdir(parents=True, exist_ok=True)
     plan_path = out / PLAN_FILE
+    if not plan_path.exists() and any(out.glob("part-*.parquet")):
+        raise ConfigError(
+            f"{out}: holds part files but no {PLAN_FILE}, so nothing says which run wrote them; "
+            "give a new --out, or empty that folder"
+        )
     if plan_path.exists():
         try:
             old = json.loads(plan_path.read_text(encoding="utf-8"))
@@ -364,7 +452,7 @@ def open_run_folder(out: Path, plan: dict[str, Any]) -> list[int]:
             differs = _first_difference(old, plan)
             raise ConfigError(
                 f"{out}: holds a run of other inputs, files or settings ({differs!r} differs "
-                "from its plan.json); give a new --out, or delete that folder"
+                f"from its {PLAN_FILE}); give a new --out, or delete that folder"
             )
     else:
         temporary = out / f".{PLAN_FILE}.tmp"
@@ -372,7 +460,8 @@ def open_run_folder(out: Path, plan: dict[str, Any]) -> list[int]:
         os.replace(temporary, plan_path)
     for stale in out.glob(".part-*.tmp"):  # left by a worker killed while writing
         stale.unlink(missing_ok=True)
-    return [i for i in range(len(plan["shards"])) if not (out / part_name(i)).exists()]
+    digest = plan_hash(plan)
+    return [i for i in range(len(plan["shards"])) if not part_done(out / part_name(i), digest)]
 
 
 def _exit(signum: int, frame: Any) -> None:
@@ -392,6 +481,8 @@ def _start_ray(address: str | None) -> bool:
         log_to_driver=True,
         configure_logging=True,
     )
+    # Ray Data logs every execution's plan and progress at INFO; the run's own counts suffice.
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
     return True
 
 
@@ -429,32 +520,52 @@ def classify_on_ray(
             f"--out {out!r}: --engine ray writes Parquet parts into a folder; give --out <folder>"
         )
     out_dir = Path(out)
-    plan = build_plan(
-        inputs, text_column, _model_settings(ckpt, top_words, method, batch_size), shard_documents
-    )
-    todo = open_run_folder(out_dir, plan)
-    worker = {
-        "ckpt": str(ckpt), "out": str(out_dir.resolve()), "cwd": plan["cwd"],
-        "device": device if num_gpus else "cpu", "threads": cpus_per_worker,
-        "text_column": text_column, "batch_size": batch_size, "top_words": top_words,
-        "method": method,
-    }  # fmt: skip
-    peaks: dict[str, float] = {}
-    if todo:
-        show = sys.stderr.isatty() if progress is None else progress
-        resources = {"workers": workers, "cpus": cpus_per_worker, "gpus": num_gpus}
-        peaks = _run_shards(plan, todo, worker, resources, address, show)
-    shards = len(plan["shards"])
-    result: dict[str, Any] = {
-        **_count_parts(out_dir, shards),
-        "shards": shards,
-        "shards_skipped": shards - len(todo),
-        "shards_classified": len(todo),
-        "workers": len(peaks),
-        "worker_peak_rss_mib": peaks,
-    }
-    (out_dir / SUMMARY_FILE).write_text(json.dumps(result, indent=2), encoding="utf-8")
+    settings = _model_settings(ckpt, top_words, method, batch_size)
+    plan = build_plan(inputs, text_column, settings, shard_documents)
+    with _only_run(out_dir):
+        todo = open_run_folder(out_dir, plan)
+        worker = {
+            "ckpt": str(ckpt), "out": str(out_dir.resolve()), "cwd": plan["cwd"],
+            "device": device if num_gpus else "cpu", "threads": cpus_per_worker,
+            "text_column": text_column, "batch_size": batch_size, "top_words": top_words,
+            "method": method, "plan_hash": plan_hash(plan), "weights": settings["weights"],
+        }  # fmt: skip
+        peaks: dict[str, float] = {}
+        if todo:
+            show = sys.stderr.isatty() if progress is None else progress
+            resources = {"workers": workers, "cpus": cpus_per_worker, "gpus": num_gpus}
+            peaks = _run_shards(plan, todo, worker, resources, address, show)
+        shards = len(plan["shards"])
+        result: dict[str, Any] = {
+            **_count_parts(out_dir, shards, plan_hash(plan)),
+            "shards": shards,
+            "shards_skipped": shards - len(todo),
+            "shards_classified": len(todo),
+            "workers": len(peaks),
+            "worker_peak_rss_mib": peaks,
+        }
+        (out_dir / SUMMARY_FILE).write_text(json.dumps(result, indent=2), encoding="utf-8")
     return result
+
+
+@contextlib.contextmanager
+def _only_run(out: Path) -> Iterator[None]:
+    """Hold ``out``'s lock for the run: two runs in one folder would delete each other's
+    temporary files and race to write the plan."""
+    import fcntl
+
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: is a file; --engine ray writes into a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / LOCK_FILE, "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            raise ConfigError(
+                f"{out}: another docclass run is writing this folder; wait for it, or give "
+                "another --out"
+            ) from error
+        yield
 
 
 def _model_settings(
@@ -491,29 +602,28 @@ def _run_shards(
     # SIGTERM becomes SystemExit, so that the ``finally`` below stops the local Ray it started.
     on_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _exit) if on_main_thread else None
-    started = _start_ray(address)
+    started = False
     peaks: dict[str, float] = {}
     failures: list[str] = []
     try:
-        workers, gpus = resources["workers"], resources["gpus"]
-        if workers is None:
-            available = ray.cluster_resources()
-            share = (
-                available.get("GPU", 0) / gpus
-                if gpus
-                else available.get("CPU", 1) / resources["cpus"]
-            )
-            workers = max(1, int(share))
+        started = _start_ray(address)
+        workers, gpus = _worker_count(resources), resources["gpus"]
         ray.data.DataContext.get_current().enable_progress_bars = False
         rows = [{"index": i, "shard": json.dumps(plan["shards"][i])} for i in todo]
-        summaries = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
-            ShardClassifier,
-            batch_size=1,
-            compute=ray.data.ActorPoolStrategy(size=workers),
-            num_cpus=resources["cpus"],
-            num_gpus=gpus,
-            fn_constructor_kwargs=worker,
-        )
+        with warnings.catch_warnings():
+            # Ray 2.60 names no parameter for an actor's restarts and retries: its own docs pass
+            # them as remote args, which it marks deprecated for 2.64 (the pin is 2.60.x).
+            warnings.simplefilter("ignore", DeprecationWarning)
+            summaries = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
+                ShardClassifier,
+                batch_size=1,
+                compute=ray.data.ActorPoolStrategy(size=workers),
+                num_cpus=resources["cpus"],
+                num_gpus=gpus,
+                fn_constructor_kwargs=worker,
+                max_restarts=RETRIES,
+                max_task_retries=RETRIES,
+            )
         with tqdm(total=len(todo), desc="shards", unit="shard", disable=not show) as bar:
             for row in summaries.iter_rows():
                 bar.update(1)
@@ -530,10 +640,22 @@ def _run_shards(
             signal.signal(signal.SIGTERM, previous)
     if failures:
         raise DataError(
-            f"{failures[0]} ({len(failures)} part files not written; the others are, and the "
-            "same command classifies only what is missing)"
+            f"{failures[0]} ({len(failures)} part files not written; the others are; for the "
+            "changed inputs start a new --out)"
         )
     return peaks
+
+
+def _worker_count(resources: dict[str, Any]) -> int:
+    """``--workers``, else as many as the cluster's CPUs (or GPUs) hold."""
+    import ray
+
+    if resources["workers"] is not None:
+        return resources["workers"]
+    available = ray.cluster_resources()
+    if resources["gpus"]:
+        return max(1, int(available.get("GPU", 0) / resources["gpus"]))
+    return max(1, int(available.get("CPU", 1) / resources["cpus"]))
 
 
 def _stopped(error: Exception, out: str, shards: int) -> RunStopped:
@@ -552,13 +674,16 @@ def _stopped(error: Exception, out: str, shards: int) -> RunStopped:
 USER_EXCEPTION = re.compile(r"^(?!ray\.)[A-Za-z_][\w.]*(Error|Exception|Interrupt): ")
 
 
-def _count_parts(out_dir: Path, shards: int) -> dict[str, int]:
+def _count_parts(out_dir: Path, shards: int, digest: str) -> dict[str, int]:
     """The run's counts, read back from every part file (the resumed ones included)."""
     import pyarrow.parquet as pq
 
-    missing = [i for i in range(shards) if not (out_dir / part_name(i)).exists()]
+    missing = [i for i in range(shards) if not part_done(out_dir / part_name(i), digest)]
     if missing:
-        raise RuntimeError(f"{out_dir}: shards {missing[:5]} have no part file after the run")
+        raise RunStopped(
+            f"{out_dir}: {len(missing)} of {shards} part files missing after the run (first: "
+            f"{part_name(missing[0])}); the same command classifies them"
+        )
     counts = {"documents": 0, "errors": 0, "warnings": 0, "truncated": 0}
     for index in range(shards):
         table = pq.read_table(out_dir / part_name(index), columns=["error", "warning", "truncated"])

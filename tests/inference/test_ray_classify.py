@@ -19,22 +19,30 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
+from helpers import write_every_input_kind
 
 from docclass.cli import main
-from docclass.inference.classify import read_inputs
 from docclass.errors import ConfigError
+from docclass.inference.classify import read_inputs
 from docclass.inference.ray_classify import (
+    PLAN_FILE,
+    SUMMARY_FILE,
     ChangedInputError,
     ShardClassifier,
+    _only_run,
     _stopped,
     build_plan,
     open_run_folder,
     part_name,
+    plan_hash,
     shard_documents,
+    write_part,
 )
-from helpers import write_every_input_kind
 
 WAIT_S = 120
+# The kill tests find a pipe's reader through /proc.
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +71,7 @@ def finished(process) -> str:
 
 def part_rows(out: Path) -> list[dict]:
     """Every row of every part file, parts in plan order."""
-    plan = json.loads((out / "plan.json").read_text())
+    plan = json.loads((out / PLAN_FILE).read_text())
     rows: list[dict] = []
     for index in range(len(plan["shards"])):
         rows += pq.read_table(out / part_name(index)).to_pylist()
@@ -101,9 +109,9 @@ def test_the_plan_reads_every_document_once_in_input_order(tmp_path):
     lines[4], lines[9], lines[15] = "", "{not json", "[1, 2]"  # blank, broken, not an object
     # CRLF endings, a lone carriage return inside a line, no newline after the last line.
     (root / "many.jsonl").write_bytes(
-        ("\r\n".join(lines[:12]) + "\r\n" + "\n".join(lines[12:])).encode().replace(
-            b"document 13", b"document\r13"
-        )
+        ("\r\n".join(lines[:12]) + "\r\n" + "\n".join(lines[12:]))
+        .encode()
+        .replace(b"document 13", b"document\r13")
     )
     pq.write_table(
         pa.table({"body": [f"row {n}" if n != 5 else None for n in range(10)]}),
@@ -133,7 +141,7 @@ def test_the_plan_reads_every_document_once_in_input_order(tmp_path):
     "its shard is not classified: the worker returns the reason, the others go on; a resumed "
     "run with the edited file is refused in one line",
 )
-def test_a_file_changed_after_planning_is_never_classified(tmp_path, ckpt):
+def test_a_file_changed_after_planning_is_never_classified(tmp_path, ckpt, worker_side_effects):
     document = tmp_path / "a.txt"
     document.write_text("Shares rose after profits beat forecasts.")
     plan = build_plan([str(document)], "text", {"weights": "w"})
@@ -142,15 +150,75 @@ def test_a_file_changed_after_planning_is_never_classified(tmp_path, ckpt):
     document.write_text("Film wins award at festival, and more words than before.")
     with pytest.raises(ChangedInputError, match="not the file the run was planned on"):
         list(shard_documents(plan["shards"][0], "text"))
-    worker = ShardClassifier(str(ckpt), str(out), os.getcwd(), "cpu", 1, "text", 8, 0, None)
+    weights = docclass_weights(ckpt)
+    worker = ShardClassifier(
+        str(ckpt), str(out), os.getcwd(), "cpu", 1, "text", 8, 0, None, plan_hash(plan), weights
+    )
     summary = worker({"index": [0], "shard": [json.dumps(plan["shards"][0])]})
     assert "a.txt: not the file" in summary["failed"][0]
-    assert not (out / part_name(0)).exists()
+    assert not list(out.glob("*part-000000*"))  # neither the part nor its temporary file
+    # A worker whose checkpoint path holds other weights refuses to start.
+    with pytest.raises(ChangedInputError, match="not the weights the run was planned with"):
+        ShardClassifier(str(ckpt), str(out), os.getcwd(), "cpu", 1, "text", 8, 0, None, "h", "w")
     # The same command now plans other bytes: refused rather than mixed with the first plan.
-    with pytest.raises(ConfigError, match="'shards' differs from its plan.json"):
+    with pytest.raises(ConfigError, match="'shards' differs from its _plan.json"):
         open_run_folder(out, build_plan([str(document)], "text", {"weights": "w"}))
     with pytest.raises(ConfigError, match="'settings' differs"):
         open_run_folder(out, {**plan, "settings": {"weights": "other"}})
+
+
+@pytest.fixture
+def worker_side_effects(monkeypatch):
+    """A worker built in this process sets torch's threads, the tokenizer's pool and the
+    folder, as a Ray worker should; put them back, so later tests train as before."""
+    threads = torch.get_num_threads()
+    monkeypatch.setenv("RAYON_NUM_THREADS", os.environ.get("RAYON_NUM_THREADS", ""))
+    monkeypatch.chdir(os.getcwd())
+    yield
+    torch.set_num_threads(threads)
+
+
+def docclass_weights(ckpt) -> str:
+    from docclass.inference.classifier import DocClassifier
+
+    return DocClassifier.load(ckpt, "cpu").trained.fingerprint
+
+
+@pytest.mark.fault(
+    "classify --engine ray: an --out folder with part files but no plan, a part of another "
+    "plan, a part cut short by a machine that stopped, a second run on the same folder",
+    "refused in one line, or the part classified again: a part counts as done only when its "
+    "footer reads and names this run's plan",
+)
+def test_only_whole_parts_of_this_plan_count_as_done(tmp_path, ckpt):
+    for n in range(3):
+        (tmp_path / f"{n}.txt").write_text(f"Shares rose after profits beat forecasts {n}.")
+    plan = build_plan([str(tmp_path / "*.txt")], "text", {"weights": "w"}, every=1)
+    out = tmp_path / "parts"
+    assert open_run_folder(out, plan) == [0, 1, 2]
+    labels = ["business", "tech"]
+    row = {"id": "x", "label": "tech", "score": 0.9, "probs": {"business": 0.1, "tech": 0.9}}
+    write_part(out, 0, iter([row]), labels, plan_hash(plan))
+    write_part(out, 1, iter([row]), labels, "another plan")
+    (out / part_name(2)).write_bytes((out / part_name(0)).read_bytes()[:-40])  # no footer
+    assert open_run_folder(out, plan) == [1, 2]
+    assert pq.read_table(out / part_name(0)).to_pylist()[0]["prob_tech"] == 0.9
+
+    (out / PLAN_FILE).unlink()
+    with pytest.raises(ConfigError, match="holds part files but no _plan.json"):
+        open_run_folder(out, plan)
+    with _only_run(out), pytest.raises(ConfigError, match="another docclass run is writing"):
+        with _only_run(out):
+            pass
+    with pytest.raises(ConfigError, match="is a file"):
+        with _only_run(tmp_path / "0.txt"):
+            pass
+
+
+def test_a_table_that_is_a_pipe_is_refused(tmp_path):
+    os.mkfifo(tmp_path / "rows.jsonl")
+    with pytest.raises(ConfigError, match="must be a regular file"):
+        build_plan([str(tmp_path / "rows.jsonl")], "text", {})
 
 
 def test_a_stopped_run_names_the_workers_exception():
@@ -202,7 +270,7 @@ def test_ray_rows_equal_classify_rows(tmp_path, capsys, ckpt):
     assert_same_rows(part_rows(out), local)
     assert len(local) == 14 and sum(row.get("error") is not None for row in local) == 7
     assert "classified 7 of 14 documents (7 errors, 1 warnings, 1 truncated)" in err
-    summary = json.loads((out / "classify.json").read_text())
+    summary = json.loads((out / SUMMARY_FILE).read_text())
     assert summary["documents"] == 14 and summary["errors"] == 7 and summary["workers"] >= 1
 
     # Other inputs into the same folder would mix two runs' rows: refused, nothing written.
@@ -214,11 +282,12 @@ def test_ray_rows_equal_classify_rows(tmp_path, capsys, ckpt):
 
 
 def pipe_readers(pipe: Path, other_than: set[int]) -> list[int]:
-    """The processes with the named pipe open."""
+    """The processes with the named pipe open (Linux's /proc)."""
     found = []
+    target = os.path.realpath(pipe)
     for link in glob.glob("/proc/[0-9]*/fd/*"):
         try:
-            if os.readlink(link) == str(pipe):
+            if os.readlink(link) == target:
                 pid = int(link.split("/")[2])
                 if pid not in other_than:
                     found.append(pid)
@@ -251,10 +320,26 @@ def blocking_inputs(root: Path) -> tuple[list[str], Path]:
 PIPE_TEXT = b"The film won the award at the festival."
 
 
+def settled_parts(out: Path) -> dict[str, int] | None:
+    """Part files and their modified times, once no worker of a run is left to add one."""
+    if [p for p in glob.glob("/proc/[0-9]*/cmdline") if b"MapWorker" in _read(p)]:
+        return None
+    return {p.name: p.stat().st_mtime_ns for p in out.glob("part-*.parquet")}
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
+
+
 @pytest.mark.fault(
     "classify --engine ray: a worker process killed (SIGKILL) while it holds a shard",
     "Ray restarts it and retries the shard: every input row exactly once",
 )
+@linux_only
 def test_a_killed_worker_loses_and_repeats_nothing(tmp_path, capsys, ckpt):
     arguments, pipe = blocking_inputs(tmp_path / "in")
     me = {os.getpid()}
@@ -285,6 +370,7 @@ def test_a_killed_worker_loses_and_repeats_nothing(tmp_path, capsys, ckpt):
     "the resumed run skips the part files already written (not rewritten) and ends with every "
     "input row exactly once",
 )
+@linux_only
 def test_a_killed_run_resumes_without_redoing_written_parts(tmp_path, capsys, ckpt):
     arguments, pipe = blocking_inputs(tmp_path / "in")
     me = {os.getpid()}
@@ -297,9 +383,10 @@ def test_a_killed_run_resumes_without_redoing_written_parts(tmp_path, capsys, ck
         wait_for(lambda: len(list(out.glob("part-*.parquet"))) >= 3, "parts to be written")
         os.kill(first.pid, signal.SIGKILL)
         first.wait()
-        written = {p.name: p.stat().st_mtime_ns for p in out.glob("part-*.parquet")}
-        # Ray's own processes go when their driver goes; the pipe's reader among them.
+        # Ray's own processes go when their driver goes; the pipe's reader among them. The
+        # parts are counted once the killed run's workers are gone and none is being renamed.
         wait_for(lambda: not pipe_readers(pipe, me), "the killed run's workers to exit")
+        written = wait_for(lambda: settled_parts(out), "the killed run's parts to settle")
         assert part_name(5) not in written and 3 <= len(written) < 11
         second = ray_classify(ckpt, arguments, out, "--shard_documents", "4")
         wait_for(lambda: pipe_readers(pipe, me), "the resumed run to read the pipe")
@@ -307,7 +394,7 @@ def test_a_killed_run_resumes_without_redoing_written_parts(tmp_path, capsys, ck
     finally:
         os.close(writer)
     err = finished(second)
-    summary = json.loads((out / "classify.json").read_text())
+    summary = json.loads((out / SUMMARY_FILE).read_text())
     assert summary["shards"] == 11 and summary["shards_skipped"] == len(written)
     assert summary["shards_classified"] == 11 - len(written) and summary["documents"] == 41
     assert f"({len(written)} found written, {11 - len(written)} classified now)" in err

@@ -1,0 +1,85 @@
+"""Documents/s of ``classify --engine ray`` against single-process ``classify``, in one run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from docclass.data.sources import SourceSpec, load_source
+from docclass.inference.ray_classify import SUMMARY_FILE
+
+ROW_GROUP = 10_000
+
+
+def write_corpus(path: Path, n_documents: int, words: int | None) -> dict[str, Any]:
+    """A Parquet corpus cycling through BBC training articles: their first ``words`` words, or
+    whole (``None``). Row groups of 10,000 let the Ray engine cut it into parts."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = load_source(SourceSpec("bbc")).splits["train"]["text"]
+    if words is not None:
+        texts = [" ".join(text.split()[:words]) for text in texts]
+    column = [texts[i % len(texts)] for i in range(n_documents)]
+    pq.write_table(pa.table({"text": column}), path, row_group_size=ROW_GROUP)
+    lengths = sorted(len(text.split()) for text in column[: len(texts)])
+    return {"documents": n_documents, "median_words": lengths[len(lengths) // 2]}
+
+
+def timed(command: list[str]) -> tuple[float, float]:
+    """Wall seconds and the process's own peak resident memory (MiB), from ``wait4``."""
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - started
+    err = process.stderr.read().decode(errors="replace")
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode:
+        raise RuntimeError(f"{command[:6]} failed:\n{err[-3000:]}")
+    return seconds, usage.ru_maxrss / 1024
+
+
+def compare_engines(
+    ckpt: str, corpus: Path, workdir: Path, workers: int, batch_size: int = 64
+) -> dict[str, Any]:
+    """Classify ``corpus`` once in one process and once on a local Ray of ``workers`` workers
+    (one torch thread each), from fresh processes, and count every row out."""
+    import pyarrow.parquet as pq
+
+    documents = pq.ParquetFile(corpus).metadata.num_rows
+    base = [sys.executable, "-m", "docclass.cli", "classify", "--ckpt", ckpt, str(corpus),
+            "--batch_size", str(batch_size), "--progress", "false"]  # fmt: skip
+    single_out = workdir / "single.jsonl"
+    single_s, single_rss = timed([*base, "--out", str(single_out), "--device", "cpu"])
+    with open(single_out, encoding="utf-8") as handle:
+        single_rows = sum(1 for _ in handle)
+    parts = workdir / "parts"
+    ray_s, driver_rss = timed(
+        [*base, "--engine", "ray", "--out", str(parts), "--workers", str(workers)]
+    )
+    summary = json.loads((parts / SUMMARY_FILE).read_text())
+    ray_rows = sum(pq.ParquetFile(p).metadata.num_rows for p in parts.glob("part-*.parquet"))
+    return {
+        "documents": documents,
+        "single_process": {
+            "seconds": round(single_s, 1),
+            "documents_per_s": round(documents / single_s, 1),
+            "rows_out": single_rows,
+            "peak_rss_mib": round(single_rss, 1),
+        },
+        "ray": {
+            "workers": workers,
+            "seconds": round(ray_s, 1),
+            "documents_per_s": round(documents / ray_s, 1),
+            "rows_out": ray_rows,
+            "part_files": summary["shards"],
+            "worker_peak_rss_mib": sorted(summary["worker_peak_rss_mib"].values()),
+            "driver_peak_rss_mib": round(driver_rss, 1),
+        },
+        "ray_over_single": round(single_s / ray_s, 3),
+    }
