@@ -12,7 +12,7 @@ from pathlib import Path
 import datasets
 import torch
 
-from benchmarks.ray_engine import compare_engines, write_corpus
+from benchmarks.ray_engine import compare_engines, planning_speed, write_corpus
 
 
 def main() -> None:
@@ -36,6 +36,8 @@ def main() -> None:
             facts = write_corpus(corpus, size, words)
             figures = compare_engines(args.ckpt, corpus, workdir, args.workers)
             results["corpora"][name] = {**facts, **figures}
+            if name == "short":
+                results["planning_jsonl"] = planning_speed(corpus, workdir)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         run = results["corpora"][name]

@@ -34,16 +34,17 @@ import logging
 import os
 import re
 import resource
-import signal
+import socket
 import stat
 import sys
-import threading
+import uuid
 import warnings
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from docclass.errors import ConfigError, DataError, RunStopped
+from docclass.errors import ConfigError, DataError, RunStopped, UserError
 from docclass.inference.classify import (
     InputDocument,
     classify_documents,
@@ -62,9 +63,12 @@ LOCK_FILE = "_lock"
 # Ray restarts a killed worker and retries its shard this many times, then the run stops (a
 # document that kills its worker every time must not retry for ever).
 RETRIES = 3
+# Raised when the plan's layout changes, so a folder of an older layout is refused, not misread.
 PLAN_VERSION = 1
 # Each part's Parquet metadata names the plan it belongs to under this key.
 PLAN_KEY = "docclass.plan"
+# Rows are written to a part 1,024 at a time: a whole CSV file is one shard, and its rows
+# must not all sit in a worker's memory.
 WRITE_ROWS = 1024
 SHARD_DOCUMENTS = 10_000
 # JSON Lines files are scanned in blocks this large to find where each shard's lines begin.
@@ -141,8 +145,11 @@ def _parquet_shards(path: Path, every: int) -> list[dict[str, Any]]:
     """Consecutive row groups of about ``every`` rows; a row group is never split."""
     import pyarrow.parquet as pq
 
-    metadata = pq.ParquetFile(path).metadata
-    state = file_state(path)
+    with open(path, "rb") as handle:
+        state = _state_of(os.fstat(handle.fileno()))
+        metadata = pq.ParquetFile(handle).metadata
+    if state is None or file_state(path) != state:
+        raise ChangedInputError(f"{path}: changed while the run was planned; run it again")
     largest = max(
         (metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)), default=0
     )
@@ -236,8 +243,9 @@ def build_plan(
     }
 
 
-def shard_documents(shard: dict[str, Any], text_column: str) -> Iterator[InputDocument]:
-    """A shard's documents, read as ``docclass classify`` reads them."""
+def read_shard(shard: dict[str, Any], text_column: str) -> Iterator[InputDocument]:
+    """A shard's documents, read as ``docclass classify`` reads them; the file is checked
+    against the plan before its first row and again after its last, before the part is kept."""
     kind = shard["kind"]
     if kind == "files":
         for item in shard["items"]:
@@ -246,6 +254,7 @@ def shard_documents(shard: dict[str, Any], text_column: str) -> Iterator[InputDo
             else:
                 check_file(item)
                 yield from read_file_documents(Path(item["path"]), text_column)
+                check_file(item)
         return
     check_file(shard)
     if kind == "jsonl":
@@ -258,6 +267,7 @@ def shard_documents(shard: dict[str, Any], text_column: str) -> Iterator[InputDo
         )
     else:
         raise ValueError(f"unknown shard kind {kind!r}")
+    check_file(shard)
 
 
 # ------------------------------------------------------------------------------ the part files
@@ -306,17 +316,29 @@ def rows_table(rows: list[dict[str, Any]], labels: list[str], schema):
 
 
 def write_part(
-    out: Path, index: int, rows: Iterator[dict[str, Any]], labels: list[str], plan_hash: str
+    out: Path, index: int, rows: Iterator[dict[str, Any]], labels: list[str], digest: str
 ) -> None:
     """Write a shard's rows whole or not at all: streamed into a temporary file, flushed to
     disk, renamed into place. The part names its plan, so a resumed run counts only parts of
     its own plan as done."""
+    final = out / part_name(index)
+    # Unique on a shared folder, where two nodes' workers may have the same pid.
+    temporary = out / f".{final.name}.{uuid.uuid4().hex}.tmp"
+    schema = part_schema(labels).with_metadata({PLAN_KEY: digest})
+    try:
+        _write_rows(temporary, schema, rows, labels)
+        _fsync(temporary)
+        os.replace(temporary, final)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    _fsync(out)  # the rename itself, so a machine that stops now keeps the part
+
+
+def _write_rows(path: Path, schema, rows: Iterator[dict[str, Any]], labels: list[str]) -> None:
     import pyarrow.parquet as pq
 
-    final = out / part_name(index)
-    temporary = out / f".{final.name}.{os.getpid()}.tmp"
-    schema = part_schema(labels).with_metadata({PLAN_KEY: plan_hash})
-    with pq.ParquetWriter(temporary, schema) as writer:
+    with pq.ParquetWriter(path, schema) as writer:
         chunk: list[dict[str, Any]] = []
         written = 0
         for row in rows:
@@ -326,9 +348,6 @@ def write_part(
                 written, chunk = written + len(chunk), []
         if chunk or not written:
             writer.write_table(rows_table(chunk, labels, schema))
-    _fsync(temporary)
-    os.replace(temporary, final)
-    _fsync(out)  # the rename itself, so a machine that stops now keeps the part
 
 
 def _fsync(path: Path) -> None:
@@ -339,7 +358,7 @@ def _fsync(path: Path) -> None:
         os.close(descriptor)
 
 
-def part_done(path: Path, plan_hash: str) -> bool:
+def part_done(path: Path, digest: str) -> bool:
     """A part file that is whole (its footer reads) and of this plan."""
     import pyarrow.parquet as pq
 
@@ -347,7 +366,7 @@ def part_done(path: Path, plan_hash: str) -> bool:
         metadata = pq.read_schema(path).metadata or {}
     except Exception:  # absent, or cut short by a machine that stopped: classified again
         return False
-    return metadata.get(PLAN_KEY.encode()) == plan_hash.encode()
+    return metadata.get(PLAN_KEY.encode()) == digest.encode()
 
 
 def plan_hash(plan: dict[str, Any]) -> str:
@@ -355,6 +374,15 @@ def plan_hash(plan: dict[str, Any]) -> str:
 
 
 def peak_rss_mib() -> float:
+    """This process's peak resident memory. Linux's VmHWM starts afresh at exec; getrusage's
+    figure would include the process this one was forked from (a raylet, a benchmark)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
@@ -373,7 +401,7 @@ class ShardClassifier:
         batch_size: int,
         top_words: int,
         method: str | None,
-        plan_hash: str,
+        digest: str,
         weights: str,
     ) -> None:
         import torch
@@ -391,7 +419,7 @@ class ShardClassifier:
                 f"{ckpt}: not the weights the run was planned with (the file changed, or names "
                 "another model on this node); start a new --out"
             )
-        self.out, self.plan_hash = Path(out), plan_hash
+        self.out, self.digest = Path(out), digest
         self.text_column, self.batch_size = text_column, batch_size
         self.top_words, self.method = top_words, method
 
@@ -401,21 +429,19 @@ class ShardClassifier:
             shard = json.loads(str(shard_json))
             rows = classify_documents(
                 self.classifier,
-                shard_documents(shard, self.text_column),
+                read_shard(shard, self.text_column),
                 self.batch_size,
                 self.top_words,
                 method=self.method,
             )
             try:
-                write_part(self.out, int(index), rows, self.classifier.labels, self.plan_hash)
+                write_part(self.out, int(index), rows, self.classifier.labels, self.digest)
                 failed = ""
             except ChangedInputError as error:  # the user's to fix: no part, the run goes on
                 failed = str(error)
-                for temporary in self.out.glob(f".{part_name(int(index))}.{os.getpid()}.tmp"):
-                    temporary.unlink(missing_ok=True)
             summary["index"].append(int(index))
             summary["failed"].append(failed)
-            summary["worker"].append(os.getpid())
+            summary["worker"].append(f"{socket.gethostname()}:{os.getpid()}")
             summary["peak_rss_mib"].append(peak_rss_mib())
         return summary
 
@@ -457,15 +483,13 @@ def open_run_folder(out: Path, plan: dict[str, Any]) -> list[int]:
     else:
         temporary = out / f".{PLAN_FILE}.tmp"
         temporary.write_text(json.dumps(plan), encoding="utf-8")
+        _fsync(temporary)
         os.replace(temporary, plan_path)
+        _fsync(out)
     for stale in out.glob(".part-*.tmp"):  # left by a worker killed while writing
         stale.unlink(missing_ok=True)
     digest = plan_hash(plan)
     return [i for i in range(len(plan["shards"])) if not part_done(out / part_name(i), digest)]
-
-
-def _exit(signum: int, frame: Any) -> None:
-    sys.exit(128 + signum)
 
 
 def _start_ray(address: str | None) -> bool:
@@ -474,13 +498,19 @@ def _start_ray(address: str | None) -> bool:
 
     if ray.is_initialized():
         return False
-    ray.init(
-        address=address,
-        include_dashboard=False,
-        logging_level="ERROR",
-        log_to_driver=True,
-        configure_logging=True,
-    )
+    try:
+        ray.init(
+            address=address,
+            include_dashboard=False,
+            logging_level="ERROR",
+            log_to_driver=True,
+            configure_logging=True,
+        )
+    except Exception as error:  # no cluster there, or one of another Ray version
+        raise ConfigError(
+            f"--address {address or '(none: RAY_ADDRESS, else a local Ray)'}: Ray did not "
+            f"start or join a cluster ({_first_line(error)})"
+        ) from error
     # Ray Data logs every execution's plan and progress at INFO; the run's own counts suffice.
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     return True
@@ -508,27 +538,27 @@ def classify_on_ray(
     included), shards, shards_skipped (found written), shards_classified, and each worker's
     peak memory.
     """
-    try:
-        import ray  # noqa: F401
-        import ray.data  # noqa: F401
-    except ImportError as error:
-        raise ConfigError(
-            "classify --engine ray needs Ray: pip install -e '.[ray]' (or pip install 'ray[data]')"
-        ) from error
+    _require_ray()
     if not out or out == "-" or out.lower().endswith((".csv", ".jsonl", ".json")):
         raise ConfigError(
             f"--out {out!r}: --engine ray writes Parquet parts into a folder; give --out <folder>"
         )
+    if device.startswith("cuda") and not num_gpus:
+        raise ConfigError(
+            f"--device {device} with --engine ray: give each worker a GPU with --num_gpus 1 (or "
+            "0.5 for two workers a GPU); without it workers run on CPUs"
+        )
     out_dir = Path(out)
     settings = _model_settings(ckpt, top_words, method, batch_size)
+    settings["device"] = device if num_gpus else "cpu"  # one run's rows come from one device
     plan = build_plan(inputs, text_column, settings, shard_documents)
     with _only_run(out_dir):
         todo = open_run_folder(out_dir, plan)
         worker = {
             "ckpt": str(ckpt), "out": str(out_dir.resolve()), "cwd": plan["cwd"],
-            "device": device if num_gpus else "cpu", "threads": cpus_per_worker,
+            "device": settings["device"], "threads": cpus_per_worker,
             "text_column": text_column, "batch_size": batch_size, "top_words": top_words,
-            "method": method, "plan_hash": plan_hash(plan), "weights": settings["weights"],
+            "method": method, "digest": plan_hash(plan), "weights": settings["weights"],
         }  # fmt: skip
         peaks: dict[str, float] = {}
         if todo:
@@ -541,11 +571,22 @@ def classify_on_ray(
             "shards": shards,
             "shards_skipped": shards - len(todo),
             "shards_classified": len(todo),
-            "workers": len(peaks),
+            # Keyed by host:pid, so a worker Ray restarted counts again.
+            "worker_processes": len(peaks),
             "worker_peak_rss_mib": peaks,
         }
         (out_dir / SUMMARY_FILE).write_text(json.dumps(result, indent=2), encoding="utf-8")
     return result
+
+
+def _require_ray() -> None:
+    try:
+        import ray  # noqa: F401
+        import ray.data  # noqa: F401
+    except ImportError as error:
+        raise ConfigError(
+            "classify --engine ray needs Ray: pip install -e '.[ray]' (or pip install 'ray[data]')"
+        ) from error
 
 
 @contextlib.contextmanager
@@ -577,6 +618,7 @@ def _model_settings(
 
     classifier = DocClassifier.load(ckpt, "cpu")
     return {
+        "docclass": version("docclass"),
         "ckpt": str(ckpt),
         "weights": classifier.trained.fingerprint,
         "labels": classifier.labels,
@@ -599,9 +641,7 @@ def _run_shards(
     import ray.data
     from tqdm import tqdm
 
-    # SIGTERM becomes SystemExit, so that the ``finally`` below stops the local Ray it started.
-    on_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _exit) if on_main_thread else None
+    # ray.init makes SIGTERM a SystemExit, so the ``finally`` below stops the Ray it started.
     started = False
     peaks: dict[str, float] = {}
     failures: list[str] = []
@@ -631,13 +671,13 @@ def _run_shards(
                 peaks[pid] = max(peaks.get(pid, 0.0), row["peak_rss_mib"])
                 if row["failed"]:
                     failures.append(row["failed"])
+    except ConfigError:
+        raise
     except Exception as error:
         raise _stopped(error, worker["out"], len(plan["shards"])) from error
     finally:
         if started:
             ray.shutdown()
-        if on_main_thread:
-            signal.signal(signal.SIGTERM, previous)
     if failures:
         raise DataError(
             f"{failures[0]} ({len(failures)} part files not written; the others are; for the "
@@ -658,17 +698,26 @@ def _worker_count(resources: dict[str, Any]) -> int:
     return max(1, int(available.get("CPU", 1) / resources["cpus"]))
 
 
-def _stopped(error: Exception, out: str, shards: int) -> RunStopped:
-    """A run Ray could not finish, as one line: how far it got, and that the same command
-    resumes it."""
+def _stopped(error: Exception, out: str, shards: int) -> UserError:
+    """A run Ray could not finish, as one line: what stopped it and how far it got. A worker's
+    refusal (the weights or a file changed) is the user's to fix; a worker that died (and was
+    retried ``RETRIES`` times) or another failure leaves the written parts, which the same
+    command keeps when it runs again."""
+    reason = _first_line(error)
+    if "ChangedInputError" in reason:
+        return DataError(reason.split(": ", 1)[1])
     written = sum(1 for _ in Path(out).glob("part-*.parquet"))
-    # Ray's message holds the worker's traceback: name the first exception in it.
-    lines = [line for line in str(error).splitlines() if USER_EXCEPTION.match(line)]
-    reason = lines[0] if lines else type(error).__name__
     return RunStopped(
         f"{out}: the run stopped with {written} of {shards} part files written ({reason}); "
-        "the same command resumes it"
+        "once the cause is fixed, the same command keeps them and classifies the rest"
     )
+
+
+def _first_line(error: Exception) -> str:
+    """The first exception named in ``error``'s message (Ray's holds the worker's traceback),
+    else its type."""
+    lines = [line for line in str(error).splitlines() if USER_EXCEPTION.match(line)]
+    return lines[0] if lines else type(error).__name__
 
 
 USER_EXCEPTION = re.compile(r"^(?!ray\.)[A-Za-z_][\w.]*(Error|Exception|Interrupt): ")

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
@@ -36,7 +37,7 @@ from docclass.inference.ray_classify import (
     open_run_folder,
     part_name,
     plan_hash,
-    shard_documents,
+    read_shard,
     write_part,
 )
 
@@ -56,15 +57,38 @@ def hostile_arguments(root: Path) -> list[str]:
     return [str(root / name) for name in names]
 
 
-def ray_classify(ckpt, arguments, out, *extra, **popen):
-    command = [sys.executable, "-m", "docclass.cli", "classify", "--ckpt", str(ckpt),
-               "--text_column", "body", *map(str, arguments), "--engine", "ray",
-               "--out", str(out), "--workers", "2", "--progress", "false", *extra]  # fmt: skip
-    return subprocess.Popen(command, stderr=subprocess.PIPE, text=True, **popen)
+@pytest.fixture
+def drivers(tmp_path):
+    """Starts ``classify --engine ray`` in its own process; whatever a test leaves running (it
+    failed mid-way) is killed at the end, so no Ray outlives its test. Each run's environment
+    carries a mark its Ray workers inherit, by which a test finds its own workers."""
+    started: list[subprocess.Popen] = []
+    mark = f"DOCCLASS_TEST_RUN={uuid.uuid4().hex}"
+
+    def start(ckpt, arguments, out, *extra):
+        command = [sys.executable, "-m", "docclass.cli", "classify", "--ckpt", str(ckpt),
+                   "--text_column", "body", *map(str, arguments), "--engine", "ray",
+                   "--out", str(out), "--workers", "2", "--progress", "false", *extra]  # fmt: skip
+        # A file, not a pipe: Ray's forwarded worker logs could fill a pipe nobody reads yet.
+        log = open(tmp_path / f"driver-{len(started)}.log", "w+")  # noqa: SIM115
+        env = {**os.environ, mark.split("=")[0]: mark.split("=")[1]}
+        process = subprocess.Popen(command, stderr=log, stdout=subprocess.DEVNULL, env=env)
+        process.log, process.mark = log, mark
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.log.close()
 
 
 def finished(process) -> str:
-    _, err = process.communicate(timeout=WAIT_S)
+    process.wait(timeout=WAIT_S)
+    process.log.seek(0)
+    err = process.log.read()
     assert process.returncode == 0, err[-3000:]
     return err
 
@@ -92,10 +116,13 @@ def assert_same_rows(parts: list[dict], local: list[dict]) -> None:
         for key in ("label", "error", "warning", "method"):
             assert part[key] == row.get(key), (key, part, row)
         assert bool(part["truncated"]) == bool(row.get("truncated")), (part, row)
+        assert part["score"] == pytest.approx(row.get("score"), abs=1e-6)
         for label, probability in (row.get("probs") or {}).items():
             assert part[f"prob_{label}"] == pytest.approx(probability, abs=1e-6)
-        if row.get("top_words"):
-            assert [w["word"] for w in part["top_words"]] == [w["word"] for w in row["top_words"]]
+        for theirs, ours in zip(part["top_words"] or [], row.get("top_words") or [], strict=True):
+            assert (theirs["word"], theirs["start"], theirs["end"]) == (
+                ours["word"], ours["start"], ours["end"])  # fmt: skip
+            assert theirs["score"] == pytest.approx(ours["score"], abs=1e-6)
         if row.get("label") is None:
             assert all(v is None for k, v in part.items() if k.startswith("prob_"))
 
@@ -103,7 +130,7 @@ def assert_same_rows(parts: list[dict], local: list[dict]) -> None:
 # -------------------------------------------------------------------------- the plan (no Ray)
 
 
-def test_the_plan_reads_every_document_once_in_input_order(tmp_path):
+def test_the_plan_reads_every_document_once_in_input_order(tmp_path, monkeypatch):
     root = write_every_input_kind(tmp_path / "in")
     lines = [json.dumps({"body": f"document {n}"}) for n in range(23)]
     lines[4], lines[9], lines[15] = "", "{not json", "[1, 2]"  # blank, broken, not an object
@@ -121,12 +148,12 @@ def test_the_plan_reads_every_document_once_in_input_order(tmp_path):
     arguments = [*hostile_arguments(root), str(root / "many.jsonl"), str(root / "groups.parquet")]
     whole = [dataclasses.asdict(d) for d in read_inputs(arguments, "body")]
     assert len(whole) == 14 + 22 + 10
-    for every in (1, 2, 4, 100):
+    for every, block in ((1, 7), (2, 1), (4, 64), (4, 1 << 24), (100, 5)):
+        # Blocks far smaller than the file, so that cuts fall at and across block edges.
+        monkeypatch.setattr("docclass.inference.ray_classify.SCAN_BYTES", block)
         plan = build_plan(arguments, "body", {}, every)
         parts = [
-            dataclasses.asdict(d)
-            for shard in plan["shards"]
-            for d in shard_documents(shard, "body")
+            dataclasses.asdict(d) for shard in plan["shards"] for d in read_shard(shard, "body")
         ]
         assert parts == whole, every
         jsonl = [s for s in plan["shards"] if s["kind"] == "jsonl" and "many" in s["path"]]
@@ -138,8 +165,9 @@ def test_the_plan_reads_every_document_once_in_input_order(tmp_path):
 @pytest.mark.fault(
     "classify --engine ray: an input file edited after the run was planned (or, on a cluster, "
     "a relative path naming another file on a worker's node)",
-    "its shard is not classified: the worker returns the reason, the others go on; a resumed "
-    "run with the edited file is refused in one line",
+    "its shard is not classified: the worker reports the reason and writes no part; a resumed "
+    "run with the edited file is refused in one line; a worker given other weights refuses to "
+    "start",
 )
 def test_a_file_changed_after_planning_is_never_classified(tmp_path, ckpt, worker_side_effects):
     document = tmp_path / "a.txt"
@@ -149,7 +177,7 @@ def test_a_file_changed_after_planning_is_never_classified(tmp_path, ckpt, worke
     assert open_run_folder(out, plan) == [0]
     document.write_text("Film wins award at festival, and more words than before.")
     with pytest.raises(ChangedInputError, match="not the file the run was planned on"):
-        list(shard_documents(plan["shards"][0], "text"))
+        list(read_shard(plan["shards"][0], "text"))
     weights = docclass_weights(ckpt)
     worker = ShardClassifier(
         str(ckpt), str(out), os.getcwd(), "cpu", 1, "text", 8, 0, None, plan_hash(plan), weights
@@ -231,7 +259,7 @@ def test_a_stopped_run_names_the_workers_exception():
     stopped = _stopped(RuntimeError(ray_message), "/nowhere", 7)
     assert str(stopped) == (
         "/nowhere: the run stopped with 0 of 7 part files written (MemoryError: cannot allocate "
-        "2 GiB); the same command resumes it"
+        "2 GiB); once the cause is fixed, the same command keeps them and classifies the rest"
     )
 
 
@@ -261,17 +289,19 @@ def test_ray_output_must_be_a_folder(tmp_path, capsys, ckpt):
     "the same error, warning and truncated rows as classify, in the same order; then a run "
     "with other inputs into the same --out is one line",
 )
-def test_ray_rows_equal_classify_rows(tmp_path, capsys, ckpt):
+def test_ray_rows_equal_classify_rows(tmp_path, capsys, ckpt, drivers):
     root = write_every_input_kind(tmp_path / "in")
     arguments = hostile_arguments(root)
     out = tmp_path / "parts"
-    err = finished(ray_classify(ckpt, arguments, out, "--top_words", "2"))
+    err = finished(drivers(ckpt, arguments, out, "--top_words", "2"))
     local = local_rows(ckpt, arguments, tmp_path, capsys, "--top_words", "2")
     assert_same_rows(part_rows(out), local)
     assert len(local) == 14 and sum(row.get("error") is not None for row in local) == 7
     assert "classified 7 of 14 documents (7 errors, 1 warnings, 1 truncated)" in err
     summary = json.loads((out / SUMMARY_FILE).read_text())
-    assert summary["documents"] == 14 and summary["errors"] == 7 and summary["workers"] >= 1
+    assert summary["documents"] == 14 and summary["errors"] == 7
+    # Loose files share a shard; each table has its own.
+    assert summary["shards_classified"] == summary["shards"] == 5
 
     # Other inputs into the same folder would mix two runs' rows: refused, nothing written.
     with pytest.raises(SystemExit):
@@ -320,9 +350,10 @@ def blocking_inputs(root: Path) -> tuple[list[str], Path]:
 PIPE_TEXT = b"The film won the award at the festival."
 
 
-def settled_parts(out: Path) -> dict[str, int] | None:
-    """Part files and their modified times, once no worker of a run is left to add one."""
-    if [p for p in glob.glob("/proc/[0-9]*/cmdline") if b"MapWorker" in _read(p)]:
+def settled_parts(out: Path, mark: str) -> dict[str, int] | None:
+    """Part files and their modified times, once no process of the run (its environment
+    carries ``mark``) is left to add one."""
+    if [p for p in glob.glob("/proc/[0-9]*/environ") if mark.encode() in _read(p)]:
         return None
     return {p.name: p.stat().st_mtime_ns for p in out.glob("part-*.parquet")}
 
@@ -340,14 +371,14 @@ def _read(path: str) -> bytes:
     "Ray restarts it and retries the shard: every input row exactly once",
 )
 @linux_only
-def test_a_killed_worker_loses_and_repeats_nothing(tmp_path, capsys, ckpt):
+def test_a_killed_worker_loses_and_repeats_nothing(tmp_path, capsys, ckpt, drivers):
     arguments, pipe = blocking_inputs(tmp_path / "in")
     me = {os.getpid()}
     # Held open for writing so the worker's read waits for data instead of seeing the end.
     writer = os.open(pipe, os.O_RDWR)
     out = tmp_path / "parts"
     try:
-        run = ray_classify(ckpt, arguments, out, "--shard_documents", "4")
+        run = drivers(ckpt, arguments, out, "--shard_documents", "4")
         victim = wait_for(lambda: pipe_readers(pipe, me), "a worker to read the pipe")[0]
         os.kill(victim, signal.SIGKILL)
         os.write(writer, PIPE_TEXT)
@@ -371,13 +402,13 @@ def test_a_killed_worker_loses_and_repeats_nothing(tmp_path, capsys, ckpt):
     "input row exactly once",
 )
 @linux_only
-def test_a_killed_run_resumes_without_redoing_written_parts(tmp_path, capsys, ckpt):
+def test_a_killed_run_resumes_without_redoing_written_parts(tmp_path, capsys, ckpt, drivers):
     arguments, pipe = blocking_inputs(tmp_path / "in")
     me = {os.getpid()}
     writer = os.open(pipe, os.O_RDWR)
     out = tmp_path / "parts"
     try:
-        first = ray_classify(ckpt, arguments, out, "--shard_documents", "4")
+        first = drivers(ckpt, arguments, out, "--shard_documents", "4")
         wait_for(lambda: pipe_readers(pipe, me), "a worker to read the pipe")
         # The pipe's shard (the sixth of 11) cannot finish; let the other worker write parts.
         wait_for(lambda: len(list(out.glob("part-*.parquet"))) >= 3, "parts to be written")
@@ -386,9 +417,9 @@ def test_a_killed_run_resumes_without_redoing_written_parts(tmp_path, capsys, ck
         # Ray's own processes go when their driver goes; the pipe's reader among them. The
         # parts are counted once the killed run's workers are gone and none is being renamed.
         wait_for(lambda: not pipe_readers(pipe, me), "the killed run's workers to exit")
-        written = wait_for(lambda: settled_parts(out), "the killed run's parts to settle")
+        written = wait_for(lambda: settled_parts(out, first.mark), "the killed run to settle")
         assert part_name(5) not in written and 3 <= len(written) < 11
-        second = ray_classify(ckpt, arguments, out, "--shard_documents", "4")
+        second = drivers(ckpt, arguments, out, "--shard_documents", "4")
         wait_for(lambda: pipe_readers(pipe, me), "the resumed run to read the pipe")
         os.write(writer, PIPE_TEXT)
     finally:
