@@ -350,6 +350,12 @@ def blocking_inputs(root: Path) -> tuple[list[str], Path]:
 PIPE_TEXT = b"The film won the award at the festival."
 
 
+def gone(pid: int) -> bool:
+    """Exited (a zombie not yet reaped counts: it runs no more code)."""
+    status = _read(f"/proc/{pid}/status")
+    return not status or b"\nState:\tZ" in status
+
+
 def settled_parts(out: Path, mark: str) -> dict[str, int] | None:
     """Part files and their modified times, once no process of the run (its environment
     carries ``mark``) is left to add one."""
@@ -381,6 +387,9 @@ def test_a_killed_worker_loses_and_repeats_nothing(tmp_path, capsys, ckpt, drive
         run = drivers(ckpt, arguments, out, "--shard_documents", "4")
         victim = wait_for(lambda: pipe_readers(pipe, me), "a worker to read the pipe")[0]
         os.kill(victim, signal.SIGKILL)
+        # Written only once the victim is dead: a reader woken by the kill could still take
+        # the bytes on its way out, and the retried shard would find the pipe empty.
+        wait_for(lambda: gone(victim), "the killed worker to die")
         os.write(writer, PIPE_TEXT)
         # Close our end only once the retried shard's reader has the pipe open: then it reads
         # the document and the end of the file.
