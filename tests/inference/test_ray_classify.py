@@ -6,6 +6,7 @@ A named pipe among the inputs makes the kills land mid-run without timing: the w
 it blocks until the test writes the document, so the test knows which process holds which shard.
 """
 
+import contextlib
 import dataclasses
 import glob
 import json
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -335,6 +337,18 @@ def wait_for(condition, what: str):
     return value
 
 
+@contextlib.contextmanager
+def held_pipe(root: Path) -> Iterator[tuple[list[str], Path, int]]:
+    """The inputs below, with the pipe held open for writing, so that a worker's read waits
+    for the test's data instead of seeing the end of the file."""
+    arguments, pipe = blocking_inputs(root)
+    writer = os.open(pipe, os.O_RDWR)
+    try:
+        yield arguments, pipe, writer
+    finally:
+        os.close(writer)
+
+
 def blocking_inputs(root: Path) -> tuple[list[str], Path]:
     """40 short documents with a named pipe in the middle: its reader waits for the test."""
     root.mkdir(parents=True)
@@ -378,12 +392,8 @@ def _read(path: str) -> bytes:
 )
 @linux_only
 def test_a_killed_worker_loses_and_repeats_nothing(tmp_path, capsys, ckpt, drivers):
-    arguments, pipe = blocking_inputs(tmp_path / "in")
-    me = {os.getpid()}
-    # Held open for writing so the worker's read waits for data instead of seeing the end.
-    writer = os.open(pipe, os.O_RDWR)
-    out = tmp_path / "parts"
-    try:
+    out, me = tmp_path / "parts", {os.getpid()}
+    with held_pipe(tmp_path / "in") as (arguments, pipe, writer):
         run = drivers(ckpt, arguments, out, "--shard_documents", "4")
         victim = wait_for(lambda: pipe_readers(pipe, me), "a worker to read the pipe")[0]
         os.kill(victim, signal.SIGKILL)
@@ -394,8 +404,6 @@ def test_a_killed_worker_loses_and_repeats_nothing(tmp_path, capsys, ckpt, drive
         # Close our end only once the retried shard's reader has the pipe open: then it reads
         # the document and the end of the file.
         wait_for(lambda: pipe_readers(pipe, me | {victim}), "the retried shard to read the pipe")
-    finally:
-        os.close(writer)
     err = finished(run)
     assert "classified 41 of 41 documents (0 errors" in err, err[-2000:]
     rows = part_rows(out)
@@ -412,11 +420,8 @@ def test_a_killed_worker_loses_and_repeats_nothing(tmp_path, capsys, ckpt, drive
 )
 @linux_only
 def test_a_killed_run_resumes_without_redoing_written_parts(tmp_path, capsys, ckpt, drivers):
-    arguments, pipe = blocking_inputs(tmp_path / "in")
-    me = {os.getpid()}
-    writer = os.open(pipe, os.O_RDWR)
-    out = tmp_path / "parts"
-    try:
+    out, me = tmp_path / "parts", {os.getpid()}
+    with held_pipe(tmp_path / "in") as (arguments, pipe, writer):
         first = drivers(ckpt, arguments, out, "--shard_documents", "4")
         wait_for(lambda: pipe_readers(pipe, me), "a worker to read the pipe")
         # The pipe's shard (the sixth of 11) cannot finish; let the other worker write parts.
@@ -431,8 +436,6 @@ def test_a_killed_run_resumes_without_redoing_written_parts(tmp_path, capsys, ck
         second = drivers(ckpt, arguments, out, "--shard_documents", "4")
         wait_for(lambda: pipe_readers(pipe, me), "the resumed run to read the pipe")
         os.write(writer, PIPE_TEXT)
-    finally:
-        os.close(writer)
     err = finished(second)
     summary = json.loads((out / SUMMARY_FILE).read_text())
     assert summary["shards"] == 11 and summary["shards_skipped"] == len(written)
