@@ -39,7 +39,15 @@ def masked_softmax(scores: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor
     # (uniform) instead of NaN, and the final multiply turns it into zeros.
     very_negative = torch.finfo(scores.dtype).min
     weights = torch.softmax(scores.masked_fill(~key_mask, very_negative), dim=-1)
-    return weights * key_mask
+    # A masked key's weight is exp(min - max) = exactly 0 already whenever its row has a real
+    # key; only rows with none need the multiply (one more pass over the scores otherwise).
+    return weights if bool(key_mask.any(dim=-1).all()) else weights * key_mask
+
+
+def scaled_scores(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """``q·k / sqrt(Dh)`` for ``[B,H,Q,Dh]`` and ``[B,H,T,Dh]``, scaling the queries (``Q·Dh``
+    numbers) rather than the scores (``Q·T``), as the fused kernel does."""
+    return (queries * queries.shape[-1] ** -0.5) @ keys.transpose(-2, -1)
 
 
 class DotScore(nn.Module):
@@ -289,13 +297,15 @@ class MultiHeadSelfAttention(nn.Module):
             if not (need_weights or self.window):
                 attended = F.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout)
                 return attended, None
+            if not self.window:  # weights without a mask: a plain softmax
+                weights = torch.softmax(scaled_scores(queries, keys), dim=-1)
+                return F.dropout(weights, dropout, self.training) @ values, weights
             mask = queries.new_ones(queries.shape[0], queries.shape[2], dtype=torch.bool)
         if self.window:
             return local_attention(queries, keys, values, mask, self.window, need_weights, dropout)
         key_mask = mask[:, None, None, :]  # (B, 1, 1, T)
         if need_weights:
-            scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
-            weights = masked_softmax(scores, key_mask)  # (B, H, T, T)
+            weights = masked_softmax(scaled_scores(queries, keys), key_mask)  # (B, H, T, T)
             return F.dropout(weights, dropout, self.training) @ values, weights
         # A document with no real token would give the fused kernel an all-masked row (NaN);
         # let such rows see every position instead: their output is never pooled anyway.

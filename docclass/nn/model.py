@@ -217,6 +217,23 @@ class EncoderBlock(nn.Module):
         return x, weights
 
 
+# A window row joins the current group while it has at least this share of the group's longest
+# row: no row in a group is padded by more than a quarter of its length's worth of slots.
+GROUP_FILL = 0.75
+
+
+def length_groups(lengths: torch.Tensor) -> list[tuple[torch.Tensor, int]]:
+    """Row indices grouped by similar length, longest first: ``[(indices, longest length)]``."""
+    order = torch.argsort(lengths, descending=True, stable=True)
+    ordered = lengths[order].tolist()
+    groups, start = [], 0
+    for i in range(1, len(ordered) + 1):
+        if i == len(ordered) or ordered[i] < GROUP_FILL * ordered[start]:
+            groups.append((order[start:i], max(int(ordered[start]), 1)))
+            start = i
+    return groups
+
+
 class DocumentClassifier(nn.Module):
     """Embeddings + positions, stacked self-attention blocks, attention pool, linear read-out."""
 
@@ -318,7 +335,7 @@ class DocumentClassifier(nn.Module):
         if window and length and int(positions.max()) >= window:
             layout = window_layout(mask, positions, window, self.config.window_overlap)
             rows = self._with_positions(layout.to_rows(vectors), self._row_positions(layout))
-            states, layer_weights = self._encode(
+            states, layer_weights = self._encode_rows(
                 rows, layout.row_mask, need_layer_weights, propagation
             )
             token_states = layout.to_tokens(states, batch, length)
@@ -336,6 +353,43 @@ class DocumentClassifier(nn.Module):
         )
         positions[layout.row, layout.slot] = layout.position
         return positions
+
+    def _encode_rows(
+        self,
+        rows: torch.Tensor,
+        row_mask: torch.Tensor,
+        need_layer_weights: bool,
+        propagation: str | None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """Window rows ``[N,L,D]`` through the blocks in groups of similar length.
+
+        A document's last window is usually short, and padding it to the longest row cost a
+        third more slots and more attention (BBC's test split: 1.30x the real tokens, 1.43x
+        the attention scores). Rows never interact in the blocks, so each group runs padded
+        only to its own longest row (a group of whole windows needs no mask at all); the
+        states, and the weights when asked, come back in the rows' order and width, zero in
+        padding."""
+        groups = length_groups(row_mask.sum(dim=1))
+        if len(groups) == 1:
+            return self._encode(rows, row_mask, need_layer_weights, propagation)
+        count, width = row_mask.shape
+        states = rows.new_zeros(count, width, self.config.d_model)
+        weights: list[torch.Tensor] | None = None
+        for index, length in groups:
+            part, part_weights = self._encode(
+                rows[index, :length], row_mask[index, :length], need_layer_weights, propagation
+            )
+            states = states.index_copy(0, index, F.pad(part, (0, 0, 0, width - length)))
+            if part_weights is not None:
+                if weights is None:
+                    # Uninitialised, each slot written once below: zero-filling [N,H,L,L] per
+                    # block first took a sixth of an explanation's time.
+                    weights = [w.new_empty(count, w.shape[1], width, width) for w in part_weights]
+                for full, layer in zip(weights, part_weights, strict=True):
+                    full[index, :, :length, :length] = layer
+                    full[index, :, length:] = 0.0
+                    full[index, :, :length, length:] = 0.0
+        return states, weights
 
     def _encode(
         self,

@@ -133,6 +133,15 @@ class TestSelfAttention:
         )
         assert_close(weights.sum(-1), torch.ones(3, 4, 9))
 
+    def test_weights_without_a_mask_match_the_reference(self):
+        """A batch with no padding passes mask None: the weights come from a plain softmax."""
+        every = torch.ones(3, 9, dtype=torch.bool)
+        out, weights = self.attention(self.x, None, need_weights=True)
+        assert_close(out, self.reference(self.x, every), atol=1e-5, rtol=1e-5)
+        _, masked_weights = self.attention(self.x, every, need_weights=True)
+        assert_close(weights, masked_weights)
+        assert_close(weights.sum(-1), torch.ones(3, 4, 9))
+
     def test_empty_document_gives_finite_output(self):
         mask = self.mask.clone()
         mask[1] = False

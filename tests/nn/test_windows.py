@@ -8,8 +8,9 @@ from helpers import padded_batch
 from torch.testing import assert_close
 
 from docclass.errors import ConfigError
-from docclass.interpret.methods import attention_rollout
-from docclass.nn.model import DocumentClassifier, ModelConfig
+from docclass.interpret.methods import attention_rollout, word_relevance
+from docclass.nn import model as model_module
+from docclass.nn.model import DocumentClassifier, ModelConfig, length_groups
 from docclass.nn.windows import window_layout
 
 # The BERT layout pre-trained encoders are loaded into, with 8 learned positions: windows of 8.
@@ -130,6 +131,45 @@ def test_rollout_runs_through_each_window_row():
     rollout = attention_rollout(out.layer_weights, pool[None], out.windows)
     assert_close(rollout[0], expected, atol=1e-6, rtol=1e-5)
     assert_close(rollout.sum(), torch.tensor(1.0))
+
+
+def test_window_rows_of_unlike_lengths_run_in_groups_with_the_same_results(monkeypatch):
+    """Last windows are short: rows run in groups of similar length, each padded only to its
+    own longest. Logits, states, real rows' attention and relevance equal one padded run."""
+    model = windowed(overlap=1)
+    ids, mask = padded_batch([30, 9, 2, 17, 8], vocab=60)  # last windows of 2 to 8 tokens
+    target = torch.tensor([0, 1, 2, 0, 1])
+
+    def run():
+        out = model(ids, mask, need_layer_weights=True)
+        relevance = {
+            rule: word_relevance(model, ids, mask, target, rule) for rule in ("cp", "gradient")
+        }
+        return out, relevance
+
+    grouped, grouped_relevance = run()
+    layout = grouped.windows
+    assert len(length_groups(layout.row_mask.sum(dim=1))) > 1  # the check below compares two ways
+    monkeypatch.setattr(model_module, "GROUP_FILL", 0.0)  # every row in one group
+    single, single_relevance = run()
+    assert_close(grouped.logits, single.logits, atol=1e-6, rtol=1e-5)
+    assert_close(grouped.token_states, single.token_states, atol=1e-6, rtol=1e-5)
+    real = layout.row_mask[:, None, :, None] & layout.row_mask[:, None, None, :]
+    for ours, theirs in zip(grouped.layer_weights, single.layer_weights, strict=True):
+        assert_close(ours * real, theirs * real, atol=1e-6, rtol=1e-5)
+        assert torch.all(ours.masked_select(~real.expand_as(ours)) == 0)  # padding: exactly 0
+    for rule, scores in grouped_relevance.items():
+        assert_close(scores, single_relevance[rule], atol=1e-6, rtol=1e-5)
+
+
+def test_length_groups_cover_every_row_once_with_little_padding():
+    lengths = torch.tensor([512, 3, 88, 512, 400, 1, 380, 90, 70])
+    groups = length_groups(lengths)
+    rows = torch.cat([index for index, _ in groups])
+    assert sorted(rows.tolist()) == list(range(len(lengths)))
+    for index, longest in groups:
+        assert longest == int(lengths[index].max())
+        assert bool((lengths[index] >= model_module.GROUP_FILL * longest).all())
 
 
 def test_layout_keeps_every_real_token_once_as_an_owner():
