@@ -1,6 +1,8 @@
 """Helpers shared by tests in different folders (fixtures live in conftest.py)."""
 
+import contextlib
 import json
+import math
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -8,6 +10,7 @@ from pathlib import Path
 import datasets
 import lightning.pytorch as pl
 import torch
+from torch import nn
 
 from docclass.artifacts.load import TrainedClassifier
 from docclass.data.tokenizer import TokenizerSpec, train_tokenizer
@@ -77,6 +80,32 @@ DOCUMENTS = [
     "New smartphones ship with faster chips… and better cameras 🙂.",
     "Short.",
 ]
+
+
+@contextlib.contextmanager
+def norms_and_gates_held(model: nn.Module):
+    """While open, every LayerNorm and GELU of ``model`` gives its usual value with ``1/σ`` and
+    the gate ``Φ(x)`` constant in the backward pass: gradient × input's rule, written here
+    from its definition with forward hooks, so plain autograd gives the reference."""
+
+    def held_norm(module, args, output):
+        centred = args[0] - args[0].mean(dim=-1, keepdim=True)
+        sigma = (centred.pow(2).mean(dim=-1, keepdim=True) + module.eps).sqrt().detach()
+        return centred / sigma * module.weight + module.bias
+
+    def held_gate(module, args, output):
+        return args[0] * (0.5 * (1 + torch.erf(args[0] / math.sqrt(2)))).detach()
+
+    handles = [
+        module.register_forward_hook(held_norm if isinstance(module, nn.LayerNorm) else held_gate)
+        for module in model.modules()
+        if isinstance(module, nn.LayerNorm | nn.GELU)
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def tiny_classifier(

@@ -8,10 +8,15 @@ backward pass does at those operations, while the forward values stay exactly th
 that gradient × input at the word vectors becomes a *relevance* that is carried back whole:
 
 ``"gradient"``
-    Plain gradients, except that the **embedding** LayerNorm's scale ``1/σ`` is held constant:
-    gradient × input then measures each word vector where it enters the first block (the
-    plain method, corrected for post-LayerNorm encoders; unchanged for models without an
-    embedding LayerNorm).
+    Gradient × input as it is defined for ReLU networks, where it equals LRP-0 (Ancona et al.
+    2018): every LayerNorm's ``1/σ`` and every GELU gate ``Φ(x)`` held constant (for ReLU the
+    gate's gradient is zero anyway), the attention softmax differentiated as it is. Through a
+    LayerNorm the plain gradient is orthogonal to the centred input, and through GELU it adds
+    ``x·φ(x)`` terms no ReLU network has; with them, on the BBC MiniLM model, gradient × input
+    beat random ranking on 30 % of documents (taken where the word enters the first block),
+    80 % with the LayerNorms held and 92 % with the GELU gates too (40 documents, masking).
+    What separates it from ``"cp"`` is the attention: here relevance also flows through the
+    probabilities to the queries and keys.
 ``"cp"``
     Conservative propagation (Ali et al. 2022, "XAI for Transformers: Better Explanations
     through Conservative Propagation"): every LayerNorm's ``1/σ`` and every attention
@@ -72,16 +77,17 @@ def divide_gradient(x: torch.Tensor, factor: float) -> torch.Tensor:
 
 
 def norm(x: torch.Tensor, layer: nn.Module, propagation: str | None) -> torch.Tensor:
-    """A block's LayerNorm (or Identity) under ``propagation``: ``1/σ`` constant for the
-    relevance rules, plain otherwise."""
-    if propagation in ("cp", "attnlrp") and isinstance(layer, nn.LayerNorm):
+    """A block's LayerNorm (or Identity) under ``propagation``: ``1/σ`` constant under every
+    rule, plain without one."""
+    if propagation is not None and isinstance(layer, nn.LayerNorm):
         return fixed_scale_norm(x, layer)
     return layer(x)
 
 
 def feed_forward(x: torch.Tensor, ffn: nn.Sequential, propagation: str | None) -> torch.Tensor:
-    """The block's ``Linear → GELU → Linear`` with the identity rule at the GELU."""
-    if propagation in ("cp", "attnlrp"):
+    """The block's ``Linear → GELU → Linear``, with the identity rule at the GELU under every
+    rule."""
+    if propagation is not None:
         return ffn[2](identity_gelu(ffn[0](x)))
     return ffn(x)
 

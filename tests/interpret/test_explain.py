@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers import DOCUMENTS, HARD_TEXTS, LABELS, tiny_classifier
+from helpers import DOCUMENTS, HARD_TEXTS, LABELS, norms_and_gates_held, tiny_classifier
 from torch.testing import assert_close
 
 from docclass.artifacts.load import TrainedClassifier
@@ -84,7 +84,8 @@ def _token_level_reference(classifier: TrainedClassifier, text: str) -> dict[str
     ids = torch.tensor([encoding.ids])
     mask = torch.ones_like(ids, dtype=torch.bool)
     tokens = (model.embed(ids) * model.embed_scale).detach().requires_grad_(True)
-    out = model(ids, mask, need_layer_weights=True, token_vectors=tokens)
+    with norms_and_gates_held(model):
+        out = model(ids, mask, need_layer_weights=True, token_vectors=tokens)
     predicted = out.logits.argmax().item()
     out.logits[0, predicted].backward()
     length = ids.shape[1]

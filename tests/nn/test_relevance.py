@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import padded_batch
+from helpers import norms_and_gates_held, padded_batch
 from torch.testing import assert_close
 
 from docclass.interpret.methods import scoring_pass, word_relevance
@@ -95,8 +95,9 @@ def test_without_blocks_conservative_relevance_is_the_exact_class_contribution()
 def test_gradient_times_input_measures_a_word_where_it_enters_the_first_block():
     """Through an embedding LayerNorm the plain gradient is orthogonal to the centred input,
     so gradient · input there is ~0 whatever the word did. The word's part of the first
-    block's input is ``γ ⊙ (e - mean(e)) / σ`` (σ of word + position): the gradient there,
-    dotted with it, is the score."""
+    block's input is ``γ ⊙ (e - mean(e)) / σ`` (σ of word + position): the gradient there
+    (through the blocks with every LayerNorm's scale and GELU gate held), dotted with it, is
+    the score."""
     model = model_of("post-LN")
     ids, mask = padded_batch([11], vocab=60)
     words = model.token_vectors(ids)
@@ -109,7 +110,8 @@ def test_gradient_times_input_measures_a_word_where_it_enters_the_first_block():
         return (first_input, *args[1:])
 
     handle = model.blocks[0].register_forward_pre_hook(replace_input)
-    logits = model(ids, mask).logits
+    with norms_and_gates_held(model):
+        logits = model(ids, mask).logits
     handle.remove()
     predicted = int(logits.argmax())
     logits[0, predicted].backward()
