@@ -17,8 +17,9 @@ rollout             no      attention rollout (Abnar & Zuidema 2020): per block 
                             with heads averaged, multiplied through the blocks, then weighted by
                             the pool's mean attention; sums to 1
 grad_input          yes     gradient of the predicted logit × the token embedding (positions
-                            excluded), summed over the embedding width; an embedding LayerNorm's
-                            scale is held constant (through it the plain gradient · input is ~0)
+                            excluded), summed over the embedding width; every LayerNorm's scale
+                            and GELU gate held constant (LRP-0; through a LayerNorm the plain
+                            gradient · input is ~0), attention differentiated
 conservative        yes     conservative propagation (Ali et al. 2022): the predicted logit
                             carried back through every block with attention probabilities,
                             LayerNorm scales and GELU gates held constant; with what no word

@@ -58,9 +58,9 @@ METHODS: dict[str, MethodInfo] = {
     "grad_input": MethodInfo(
         "gradient × input",
         True,
-        "gradient × input: the class logit's gradient where each word's vector enters the "
-        "first block, times that vector (an embedding normalisation's scale held fixed); "
-        "signed.",
+        "gradient × input: the class logit's gradient at each word's vector, times that "
+        "vector, with every normalisation's scale and every GELU gate held fixed (as gradient "
+        "× input reads a ReLU network); signed.",
     ),
     "conservative": MethodInfo(
         "conservative propagation",
@@ -161,10 +161,16 @@ def file_record(record: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
+# zlib's default level. gzip.open's own, 9, spent 5.2 s of the BBC MiniLM report's 213
+# records compressing; on lists of scores level 6 took a ninth of the time for files about 12 %
+# larger.
+GZIP_LEVEL = 6
+
+
 def _open_text(path: str | Path, mode: str):
     # A ``.gz`` name is read and written compressed: numbers compress about threefold.
     if str(path).endswith(".gz"):
-        return gzip.open(path, mode + "t", encoding="utf-8")
+        return gzip.open(path, mode + "t", compresslevel=GZIP_LEVEL, encoding="utf-8")
     return open(path, mode, encoding="utf-8")
 
 
