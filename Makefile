@@ -79,7 +79,8 @@ inference-options: $(STAMP)  ## classify on CPU: float32 vs torch.compile, int8,
 bench: $(STAMP)  ## docclass vs nn.TransformerEncoder and vs transformers' BERT, inference, anchors (after `make demo`; ~9 min)
 	$(BIN)/python -m pip install --quiet $(PIP_FLAGS) -e ".[bench]"
 	$(BIN)/python -m scripts.bench --ckpt reports/bbc/checkpoints/last.ckpt --out reports/bench
-	$(BIN)/python -m scripts.encoder_speed --config configs/minilm.yaml --out reports/encoder-speed.json
+	$(BIN)/python -m scripts.encoder_speed --config configs/minilm-128.yaml --windows_config configs/minilm.yaml \
+		--out reports/encoder-speed.json
 
 faithfulness: $(STAMP)  ## every faithfulness figure of the BBC test split, into the demo's report (after `make demo`; ~5 min)
 	$(BIN)/docclass faithfulness --ckpt reports/bbc/checkpoints/last.ckpt \
@@ -97,8 +98,9 @@ corpora: $(STAMP)  ## recommended configs vs TF-IDF+LinearSVC on BBC and ../shar
 	$(BIN)/python -m pip install --quiet $(PIP_FLAGS) -e ".[bench]"
 	$(BIN)/python -m scripts.corpora --seeds 0 1 2 --out reports/corpora
 
-encoder-speed: $(STAMP)  ## docclass's MiniLM beside transformers' BertForSequenceClassification, same batches (~3 min)
-	$(BIN)/python -m scripts.encoder_speed --config configs/minilm.yaml --out reports/encoder-speed.json
+encoder-speed: $(STAMP)  ## docclass's MiniLM beside transformers' BertForSequenceClassification, same batches; whole-document windows in length groups against one padding (~7 min)
+	$(BIN)/python -m scripts.encoder_speed --config configs/minilm-128.yaml --windows_config configs/minilm.yaml \
+		--out reports/encoder-speed.json
 
 planted-keyword: $(STAMP)  ## do the word scores find a planted deciding keyword? tiny model and MiniLM (~15 min)
 	$(BIN)/python -m scripts.planted_keyword --out reports/planted-keyword.json

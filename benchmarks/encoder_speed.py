@@ -94,3 +94,81 @@ def encoder_speed(
             speeds["docclass"] / speeds[reference], 3
         )
     return figures
+
+
+def _padded_slots(module: DocClassifierModule, batches: list[dict[str, torch.Tensor]]) -> dict:
+    """Window-row slots the blocks see per real token: every row padded to the batch's longest
+    row, against each length group padded to its own longest."""
+    from docclass.nn.model import length_groups
+    from docclass.nn.windows import window_layout
+
+    config = module.model.config
+    real = one = grouped = 0
+    for batch in batches:
+        mask = batch["attention_mask"].bool()
+        positions = torch.arange(mask.shape[1]).expand_as(mask)
+        layout = window_layout(mask, positions, config.window_tokens, config.window_overlap)
+        real += int(mask.sum())
+        one += layout.rows * layout.width
+        grouped += sum(len(rows) * longest for rows, longest in length_groups(
+            layout.row_mask.sum(dim=1)))  # fmt: skip
+    return {"one_padding": round(one / real, 3), "length_groups": round(grouped / real, 3)}
+
+
+def window_grouping_speed(
+    config_path: str | Path = "configs/minilm.yaml", steps: int = 4, rounds: int = 3
+) -> dict[str, Any]:
+    """Whole documents in encoder windows: the window rows run through the blocks in groups of
+    similar length (docclass's way) against all padded to the batch's longest row, on the same
+    training batches, training and inference real tokens/s, rounds alternating."""
+    from docclass.nn import model as model_module
+
+    datamodule, model_section = load_config_datamodule(config_path)
+    torch.manual_seed(0)
+    module = DocClassifierModule(
+        **model_section, num_classes=datamodule.num_classes, vocab_size=datamodule.vocab_size
+    )
+    if not module.model.config.window_tokens:
+        raise ValueError(f"{config_path}: reads no encoder windows (model.window_tokens)")
+    batches = list(datamodule.train_dataloader())[:steps]
+    sides = {"length groups": model_module.GROUP_FILL, "one padding": 0.0}
+    train: dict[str, list[float]] = {name: [] for name in sides}
+    infer: dict[str, list[float]] = {name: [] for name in sides}
+
+    def step(batch):
+        return module._shared_step(batch)[0]
+
+    def forward(batch):
+        return module.model(batch["input_ids"], batch["attention_mask"])
+
+    default = model_module.GROUP_FILL
+    try:
+        for _ in range(rounds):
+            for name, fill in sides.items():
+                model_module.GROUP_FILL = fill
+                module.train()
+                run = _train_steps(
+                    step, list(module.parameters()), batches, torch.device("cpu"), "32"
+                )
+                train[name].append(run["real_tokens_per_s"])
+                module.eval()
+                infer[name].append(_inference_tokens_per_s(forward, batches))
+    finally:
+        model_module.GROUP_FILL = default
+    figures: dict[str, Any] = {
+        "config": str(config_path),
+        "threads": torch.get_num_threads(),
+        "steps_per_round": steps,
+        "rounds": rounds,
+        "tokens_per_batch": [int(b["attention_mask"].sum()) for b in batches],
+        "slots_per_real_token": _padded_slots(module, batches),
+        "training_real_tokens_per_s": {n: statistics.median(v) for n, v in train.items()},
+        "inference_real_tokens_per_s": {n: statistics.median(v) for n, v in infer.items()},
+        "all_rounds": {"training": train, "inference": infer},
+    }
+    for kind in ("training", "inference"):
+        speeds = figures[f"{kind}_real_tokens_per_s"]
+        figures[f"{kind}_ratio_groups_over_one_padding"] = round(
+            speeds["length groups"] / speeds["one padding"], 3
+        )
+    return figures

@@ -31,6 +31,11 @@ that gradient × input at the word vectors becomes a *relevance* that is carried
     each product of two inputs (query·key, probabilities·values) gives each factor half (the
     uniform rule). Nearly conservative: the softmax rule leaves a little relevance in biases.
 
+One forward pass can serve ``"gradient"`` and ``"cp"`` alike: their forward graphs differ only
+in whether the attention probabilities pass relevance on. An :class:`AttentionValve` given as
+the propagation builds ``"gradient"``'s graph with a valve on every block's queries and keys
+and on the pool's probabilities; closed during a backward pass, that pass is ``"cp"``'s.
+
 Torch only; :mod:`docclass.nn.model` calls these where a rule applies.
 """
 
@@ -42,6 +47,31 @@ import torch
 from torch import nn
 
 PROPAGATIONS = ("gradient", "cp", "attnlrp")
+
+
+class _Valve(torch.autograd.Function):
+    """Identity forward; backward, the gradient passes only while the valve is open."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, valve: AttentionValve) -> torch.Tensor:  # noqa: D102
+        ctx.valve = valve
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, gradient: torch.Tensor):  # noqa: D102
+        return (gradient if ctx.valve.open else torch.zeros_like(gradient)), None
+
+
+class AttentionValve:
+    """A propagation for two backward passes through one forward: ``"gradient"``'s rule while
+    :attr:`open`, ``"cp"``'s when closed (the attention probabilities then take no relevance).
+    Read when each backward pass runs, so set it before calling ``torch.autograd.grad``."""
+
+    def __init__(self) -> None:
+        self.open = True
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return _Valve.apply(x, self)
 
 
 def fixed_scale_norm(x: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
@@ -101,6 +131,8 @@ def attention_inputs(
     :func:`attention_output`)."""
     if propagation == "cp":
         return queries.detach(), keys.detach(), values
+    if isinstance(propagation, AttentionValve):
+        return propagation(queries), propagation(keys), values
     if propagation == "attnlrp":
         return divide_gradient(queries, 2.0), divide_gradient(keys, 2.0), values
     return queries, keys, values
@@ -116,10 +148,14 @@ def pool_weights(weights: torch.Tensor, propagation: str | None) -> torch.Tensor
     they take relevance like any softmax; the pool's query is a weight, not an input, so its
     score is linear in the keys and needs no split; the product with the values is split by
     :func:`attention_output`.)"""
+    if isinstance(propagation, AttentionValve):
+        return propagation(weights)
     return weights.detach() if propagation == "cp" else weights
 
 
-def check_propagation(propagation: str | None) -> None:
+def check_propagation(propagation: str | AttentionValve | None) -> None:
     """Refuse an unknown propagation name."""
+    if isinstance(propagation, AttentionValve):
+        return
     if propagation is not None and propagation not in PROPAGATIONS:
         raise ValueError(f"propagation must be one of {PROPAGATIONS} or None, got {propagation!r}")

@@ -82,6 +82,22 @@ def test_conservative_relevance_and_what_no_word_causes_add_up_to_the_logit(layo
         assert abs(no_word) > 0.05  # the biases do cause part of it: the check is not vacuous
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_one_forward_pass_gives_each_rule_what_a_pass_of_its_own_gives(layout):
+    """scoring_pass runs conservative propagation and gradient × input through one forward
+    graph, the attention valve closed for the first backward pass and open for the second."""
+    model = model_of(layout)
+    ids, mask = padded_batch([19, 6, 11], vocab=60)
+    scored = scoring_pass(model, ids, mask)
+    predicted = scored.predicted
+    conservative = word_relevance(model, ids, mask, predicted, "cp")
+    gradient = word_relevance(model, ids, mask, predicted, "gradient")
+    assert_close(scored.relevance["conservative"], conservative, atol=1e-6, rtol=1e-5)
+    assert_close(scored.grad_input, gradient, atol=1e-6, rtol=1e-5)
+    # The rules differ here, so the two backward passes cannot both be right by accident.
+    assert (conservative - gradient).abs().max() > 1e-3
+
+
 def test_without_blocks_conservative_relevance_is_the_exact_class_contribution():
     model = model_of("pre-LN", n_layers=0, positions="none")
     ids, mask = padded_batch([9, 4], vocab=60)
