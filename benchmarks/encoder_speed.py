@@ -106,12 +106,16 @@ def _padded_slots(module: DocClassifierModule, batches: list[dict[str, torch.Ten
     real = one = grouped = 0
     for batch in batches:
         mask = batch["attention_mask"].bool()
+        if mask.shape[1] <= config.window_tokens:
+            continue  # read as one window per document, as the model does: nothing to group
         positions = torch.arange(mask.shape[1]).expand_as(mask)
         layout = window_layout(mask, positions, config.window_tokens, config.window_overlap)
         real += int(mask.sum())
         one += layout.rows * layout.width
-        grouped += sum(len(rows) * longest for rows, longest in length_groups(
-            layout.row_mask.sum(dim=1)))  # fmt: skip
+        grouped += sum(len(rows) * width for rows, width in length_groups(
+            layout.row_mask.sum(dim=1), layout.width))  # fmt: skip
+    if not real:
+        return {}
     return {"one_padding": round(one / real, 3), "length_groups": round(grouped / real, 3)}
 
 
@@ -143,8 +147,10 @@ def window_grouping_speed(
 
     default = model_module.GROUP_FILL
     try:
-        for _ in range(rounds):
-            for name, fill in sides.items():
+        for round_index in range(rounds):
+            # Alternate which side goes first, so neither always meets a warmer machine.
+            order = list(sides.items())[:: 1 if round_index % 2 == 0 else -1]
+            for name, fill in order:
                 model_module.GROUP_FILL = fill
                 module.train()
                 run = _train_steps(

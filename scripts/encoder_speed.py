@@ -24,7 +24,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     datasets.disable_progress_bars()
     figures = encoder_speed(args.config, args.steps, args.rounds)
-    windows = window_grouping_speed(args.windows_config, rounds=args.rounds)
+    windows = window_grouping_speed(args.windows_config, args.steps, args.rounds)
     figures["windows"] = windows
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(figures, indent=2) + "\n")

@@ -105,6 +105,14 @@ def scoring_pass(
             valve.open = False  # this backward pass: conservative propagation
         (gradient,) = torch.autograd.grad(target, vectors, retain_graph=valve is not None)
         first_scores = ((gradient * words).sum(dim=-1) * mask).detach()
+        if valve is not None:
+            valve.open = True  # the same graph, freed after this pass: gradient × input
+            (gradient,) = torch.autograd.grad(target, vectors)
+            grad_input = ((gradient * words).sum(dim=-1) * mask).detach()
+        elif relevance_methods:
+            grad_input = word_relevance(model, input_ids, mask, predicted, "gradient")
+        else:
+            grad_input = first_scores
         scores = {}
         if relevance_methods:
             scores[relevance_methods[0]] = first_scores
@@ -112,14 +120,6 @@ def scoring_pass(
                 scores[name] = word_relevance(
                     model, input_ids, mask, predicted, RELEVANCE_METHODS[name]
                 )
-        if valve is not None:
-            valve.open = True  # the same graph: gradient × input
-            (gradient,) = torch.autograd.grad(target, vectors)
-            grad_input = ((gradient * words).sum(dim=-1) * mask).detach()
-        elif relevance_methods:
-            grad_input = word_relevance(model, input_ids, mask, predicted, "gradient")
-        else:
-            grad_input = first_scores
         with torch.no_grad():
             pool_weights = out.pool_weights.detach()
             return ScoringPass(

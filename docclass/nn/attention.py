@@ -39,9 +39,7 @@ def masked_softmax(scores: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor
     # (uniform) instead of NaN, and the final multiply turns it into zeros.
     very_negative = torch.finfo(scores.dtype).min
     weights = torch.softmax(scores.masked_fill(~key_mask, very_negative), dim=-1)
-    # A masked key's weight is exp(min - max) = exactly 0 already whenever its row has a real
-    # key; only rows with none need the multiply (one more pass over the scores otherwise).
-    return weights if bool(key_mask.any(dim=-1).all()) else weights * key_mask
+    return weights * key_mask
 
 
 def scaled_scores(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -260,7 +258,7 @@ class MultiHeadSelfAttention(nn.Module):
         x: torch.Tensor,
         mask: torch.Tensor | None,
         need_weights: bool = False,
-        propagation: str | None = None,
+        propagation: relevance.Propagation = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend.
 
@@ -346,7 +344,7 @@ class AttentionPool(nn.Module):
         self.fold_without_grad = score == "dot"
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor, propagation: str | None = None
+        self, x: torch.Tensor, mask: torch.Tensor, propagation: relevance.Propagation = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Pool.
 

@@ -199,7 +199,7 @@ class EncoderBlock(nn.Module):
         x: torch.Tensor,
         mask: torch.Tensor | None,
         need_weights: bool = False,
-        propagation: str | None = None,
+        propagation: relevance.Propagation = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``x [B,T,D]``, ``mask [B,T]`` (None: all real) → ``([B,T,D], [B,H,T,T] or None)``;
         ``propagation`` as in :mod:`docclass.nn.relevance` (same values, other gradients)."""
@@ -218,18 +218,27 @@ class EncoderBlock(nn.Module):
 
 
 # A window row joins the current group while it has at least this share of the group's longest
-# row: no row in a group is padded by more than a quarter of its length's worth of slots.
+# row: a group's padding is at most a quarter of its width.
 GROUP_FILL = 0.75
+# Group widths are rounded up to a multiple of this (never past the rows' width), so a compiled
+# model on a GPU meets few distinct shapes.
+GROUP_MULTIPLE = 8
 
 
-def length_groups(lengths: torch.Tensor) -> list[tuple[torch.Tensor, int]]:
-    """Row indices grouped by similar length, longest first: ``[(indices, longest length)]``."""
+def length_groups(
+    lengths: torch.Tensor, width: int | None = None
+) -> list[tuple[torch.Tensor, int]]:
+    """Row indices grouped by similar length, longest first: ``[(indices, group width)]``, the
+    width the group's longest row rounded up to :data:`GROUP_MULTIPLE` (at most ``width``)."""
     order = torch.argsort(lengths, descending=True, stable=True)
     ordered = lengths[order].tolist()
+    limit = width if width is not None else max(ordered, default=1)
     groups, start = [], 0
     for i in range(1, len(ordered) + 1):
         if i == len(ordered) or ordered[i] < GROUP_FILL * ordered[start]:
-            groups.append((order[start:i], max(int(ordered[start]), 1)))
+            longest = max(int(ordered[start]), 1)
+            rounded = -(-longest // GROUP_MULTIPLE) * GROUP_MULTIPLE
+            groups.append((order[start:i], max(longest, min(rounded, limit))))
             start = i
     return groups
 
@@ -301,7 +310,7 @@ class DocumentClassifier(nn.Module):
         need_layer_weights: bool = False,
         token_vectors: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
-        propagation: str | None = None,
+        propagation: relevance.Propagation = None,
     ) -> ClassifierOutput:
         """Classify a batch.
 
@@ -316,8 +325,9 @@ class DocumentClassifier(nn.Module):
             positions: optional ``[B,T]`` long: each token's position in its document,
                 increasing along a row (default ``0 … T-1``). A copy of a document with tokens
                 cut out keeps the others where they were: the same result as masking them.
-            propagation: None for plain gradients, or a rule of :mod:`docclass.nn.relevance`
-                (the forward values are the same).
+            propagation: None for plain gradients, a rule of :mod:`docclass.nn.relevance`,
+                or its :class:`~docclass.nn.relevance.AttentionValve` (the forward values are
+                the same).
 
         Returns:
             :class:`ClassifierOutput`.
@@ -359,17 +369,18 @@ class DocumentClassifier(nn.Module):
         rows: torch.Tensor,
         row_mask: torch.Tensor,
         need_layer_weights: bool,
-        propagation: str | None,
+        propagation: relevance.Propagation,
     ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
         """Window rows ``[N,L,D]`` through the blocks in groups of similar length.
 
         A document's last window is usually short, and padding it to the longest row cost a
         third more slots and more attention (BBC's test split: 1.30x the real tokens, 1.43x
         the attention scores). Rows never interact in the blocks, so each group runs padded
-        only to its own longest row (a group of whole windows needs no mask at all); the
-        states, and the weights when asked, come back in the rows' order and width, zero in
-        padding."""
-        groups = length_groups(row_mask.sum(dim=1))
+        only to its own width (a group of whole windows needs no mask at all); the states, and
+        the weights when asked, come back in the rows' order and width. Beyond a group's width
+        both are zero; inside it, as in one padded run, padded keys get zero weight and padded
+        query slots hold values no token reads."""
+        groups = length_groups(row_mask.sum(dim=1), row_mask.shape[1])
         if len(groups) == 1:
             return self._encode(rows, row_mask, need_layer_weights, propagation)
         count, width = row_mask.shape
@@ -382,8 +393,7 @@ class DocumentClassifier(nn.Module):
             states = states.index_copy(0, index, F.pad(part, (0, 0, 0, width - length)))
             if part_weights is not None:
                 if weights is None:
-                    # Uninitialised, each slot written once below: zero-filling [N,H,L,L] per
-                    # block first took a sixth of an explanation's time.
+                    # Uninitialised: every slot is written once below, rather than zeroed first.
                     weights = [w.new_empty(count, w.shape[1], width, width) for w in part_weights]
                 for full, layer in zip(weights, part_weights, strict=True):
                     full[index, :, :length, :length] = layer
@@ -396,13 +406,13 @@ class DocumentClassifier(nn.Module):
         x: torch.Tensor,
         mask: torch.Tensor,
         need_layer_weights: bool,
-        propagation: str | None,
+        propagation: relevance.Propagation,
     ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
         """Rows of positioned vectors ``[R,S,D]`` → normalised token states ``[R,S,D]`` and,
         when asked, each block's attention."""
         # Every propagation rule holds the embedding LayerNorm's scale constant: its input is
         # where a word's vector enters, and gradient · input through a LayerNorm is ~0.
-        x = relevance.norm(x, self.embedding_norm, "cp" if propagation is not None else None)
+        x = relevance.norm(x, self.embedding_norm, propagation)
         x = self.embed_dropout(x)
         layer_weights: list[torch.Tensor] | None = [] if need_layer_weights else None
         # A batch without padding (length buckets often give one) needs no attention mask, and
@@ -416,7 +426,10 @@ class DocumentClassifier(nn.Module):
         return relevance.norm(x, self.final_norm, propagation), layer_weights
 
     def read_out(
-        self, token_states: torch.Tensor, mask: torch.Tensor, propagation: str | None = None
+        self,
+        token_states: torch.Tensor,
+        mask: torch.Tensor,
+        propagation: relevance.Propagation = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``token_states [B,T,D]`` (after ``final_norm``), ``mask [B,T]`` → ``(logits [B,C],
         pool_weights [B,H,T])``: the attention pool and the linear read-out alone (what trains

@@ -74,6 +74,11 @@ class AttentionValve:
         return _Valve.apply(x, self)
 
 
+# What the model's ``propagation`` argument takes: None (plain gradients), a rule's name, or a
+# valve.
+Propagation = str | AttentionValve | None
+
+
 def fixed_scale_norm(x: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
     """``norm(x)`` with ``1/σ`` held constant in the backward pass (the same value forward)."""
     centred = x - x.mean(dim=-1, keepdim=True)
@@ -106,7 +111,7 @@ def divide_gradient(x: torch.Tensor, factor: float) -> torch.Tensor:
     return _DivideGradient.apply(x, factor)
 
 
-def norm(x: torch.Tensor, layer: nn.Module, propagation: str | None) -> torch.Tensor:
+def norm(x: torch.Tensor, layer: nn.Module, propagation: Propagation) -> torch.Tensor:
     """A block's LayerNorm (or Identity) under ``propagation``: ``1/σ`` constant under every
     rule, plain without one."""
     if propagation is not None and isinstance(layer, nn.LayerNorm):
@@ -114,7 +119,7 @@ def norm(x: torch.Tensor, layer: nn.Module, propagation: str | None) -> torch.Te
     return layer(x)
 
 
-def feed_forward(x: torch.Tensor, ffn: nn.Sequential, propagation: str | None) -> torch.Tensor:
+def feed_forward(x: torch.Tensor, ffn: nn.Sequential, propagation: Propagation) -> torch.Tensor:
     """The block's ``Linear → GELU → Linear``, with the identity rule at the GELU under every
     rule."""
     if propagation is not None:
@@ -123,7 +128,7 @@ def feed_forward(x: torch.Tensor, ffn: nn.Sequential, propagation: str | None) -
 
 
 def attention_inputs(
-    queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, propagation: str | None
+    queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, propagation: Propagation
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Queries, keys and values of an attention under ``propagation``: ``cp`` stops relevance
     at the probabilities (queries and keys detached); ``attnlrp`` gives query and key a quarter
@@ -138,12 +143,12 @@ def attention_inputs(
     return queries, keys, values
 
 
-def attention_output(attended: torch.Tensor, propagation: str | None) -> torch.Tensor:
+def attention_output(attended: torch.Tensor, propagation: Propagation) -> torch.Tensor:
     """The product probabilities·values under ``propagation`` (AttnLRP halves its relevance)."""
     return divide_gradient(attended, 2.0) if propagation == "attnlrp" else attended
 
 
-def pool_weights(weights: torch.Tensor, propagation: str | None) -> torch.Tensor:
+def pool_weights(weights: torch.Tensor, propagation: Propagation) -> torch.Tensor:
     """The pool's probabilities under ``propagation``: constant for ``cp``. (Under ``attnlrp``
     they take relevance like any softmax; the pool's query is a weight, not an input, so its
     score is linear in the keys and needs no split; the product with the values is split by
@@ -153,7 +158,7 @@ def pool_weights(weights: torch.Tensor, propagation: str | None) -> torch.Tensor
     return weights.detach() if propagation == "cp" else weights
 
 
-def check_propagation(propagation: str | AttentionValve | None) -> None:
+def check_propagation(propagation: Propagation) -> None:
     """Refuse an unknown propagation name."""
     if isinstance(propagation, AttentionValve):
         return

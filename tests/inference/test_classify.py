@@ -4,6 +4,7 @@ import copy
 import csv
 import io
 import json
+import math
 from pathlib import Path
 from typing import get_args
 
@@ -171,16 +172,45 @@ def test_api_calls_offer_every_method_a_record_holds():
     assert get_args(WordScoreMethod) == RECORD_METHODS
 
 
+def frozen_norms_and_gates(model: torch.nn.Module, ids, mask) -> list:
+    """Forward hooks (returned, to remove) with which every LayerNorm divides by, and every
+    GELU gates with, the ``σ`` and ``Φ(x)`` of the unperturbed pass: the function whose
+    derivative gradient × input's rule takes (LayerNorm scales and GELU gates held, attention
+    free)."""
+    recorded = {}
+
+    def record(module, args, output):
+        x = args[0]
+        if isinstance(module, torch.nn.LayerNorm):
+            centred = x - x.mean(dim=-1, keepdim=True)
+            recorded[module] = (centred.pow(2).mean(dim=-1, keepdim=True) + module.eps).sqrt()
+        else:
+            recorded[module] = 0.5 * (1 + torch.erf(x / math.sqrt(2)))
+
+    def replay(module, args, output):
+        x = args[0]
+        if isinstance(module, torch.nn.LayerNorm):
+            centred = x - x.mean(dim=-1, keepdim=True)
+            return centred / recorded[module] * module.weight + module.bias
+        return x * recorded[module]
+
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm | torch.nn.GELU)]
+    handles = [layer.register_forward_hook(record) for layer in layers]
+    model(ids, mask)
+    for handle in handles:
+        handle.remove()
+    return [layer.register_forward_hook(replay) for layer in layers]
+
+
 def reference_word_scores(clf, text: str, method: str) -> np.ndarray:
     """Rollout and gradient × input per word, computed without the scoring pass: rollout as
-    explicit matrix products, gradient × input by central finite differences, in float64."""
+    explicit matrix products, gradient × input by central finite differences, in float64, of
+    the logit with every LayerNorm's scale and GELU gate fixed at the unperturbed pass's
+    values (the rule holds them constant)."""
     document = encode_documents(clf.trained.tokenizer, [text], clf.trained.max_tokens)[0]
     ids = torch.tensor([document.token_ids])
     mask = torch.ones_like(ids, dtype=torch.bool)
     model = copy.deepcopy(clf.trained.model).double().eval()
-    # Without an embedding LayerNorm (whose scale the method holds constant) the method is the
-    # plain gradient, which finite differences of the logits measure.
-    assert isinstance(model.embedding_norm, torch.nn.Identity)
     with torch.no_grad():
         out = model(ids, mask, need_layer_weights=True)
         if method == "rollout":
@@ -194,6 +224,8 @@ def reference_word_scores(clf, text: str, method: str) -> np.ndarray:
             # ∂logit/∂(word vector t) · (word vector t) = d/dε logit(word vector t × (1 + ε)).
             predicted = int(out.logits.argmax())
             words = model.token_vectors(ids)
+            frozen = frozen_norms_and_gates(model, ids, mask)
+            assert frozen  # the tiny model has LayerNorms and a GELU: the rule matters here
 
             def logit(token: int, scale: float) -> float:
                 vectors = words.clone()
@@ -204,6 +236,8 @@ def reference_word_scores(clf, text: str, method: str) -> np.ndarray:
             tokens = np.array(
                 [(logit(t, 1 + step) - logit(t, 1 - step)) / (2 * step) for t in range(len(ids[0]))]
             )
+            for handle in frozen:
+                handle.remove()
     return np.bincount(document.token_words, weights=tokens)
 
 

@@ -82,11 +82,14 @@ def test_conservative_relevance_and_what_no_word_causes_add_up_to_the_logit(layo
         assert abs(no_word) > 0.05  # the biases do cause part of it: the check is not vacuous
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_one_forward_pass_gives_each_rule_what_a_pass_of_its_own_gives(layout):
+@pytest.mark.parametrize(
+    "layout, overrides", [*((name, {}) for name in LAYOUTS), ("pre-LN", {"attention_window": 4})]
+)
+def test_one_forward_pass_gives_each_rule_what_a_pass_of_its_own_gives(layout, overrides):
     """scoring_pass runs conservative propagation and gradient × input through one forward
-    graph, the attention valve closed for the first backward pass and open for the second."""
-    model = model_of(layout)
+    graph, the attention valve closed for the first backward pass and open for the second
+    (also through banded local attention)."""
+    model = model_of(layout, **overrides)
     ids, mask = padded_batch([19, 6, 11], vocab=60)
     scored = scoring_pass(model, ids, mask)
     predicted = scored.predicted

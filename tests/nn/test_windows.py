@@ -133,31 +133,40 @@ def test_rollout_runs_through_each_window_row():
     assert_close(rollout.sum(), torch.tensor(1.0))
 
 
-def test_window_rows_of_unlike_lengths_run_in_groups_with_the_same_results(monkeypatch):
+@pytest.mark.parametrize("lengths", [[30, 9, 2, 17, 8], [16, 15, 2]])
+def test_window_rows_of_unlike_lengths_run_in_groups_with_the_same_results(monkeypatch, lengths):
     """Last windows are short: rows run in groups of similar length, each padded only to its
-    own longest. Logits, states, real rows' attention and relevance equal one padded run."""
-    model = windowed(overlap=1)
-    ids, mask = padded_batch([30, 9, 2, 17, 8], vocab=60)  # last windows of 2 to 8 tokens
-    target = torch.tensor([0, 1, 2, 0, 1])
+    own width. Logits, states, real rows' attention and relevance equal one padded run; every
+    slot of the weights is written (uninitialised memory is NaN here) and padded keys get 0.
+    [16, 15, 2] puts a padded row (7 of 8) inside a group, so the masked path runs too."""
+    model = windowed()
+    ids, mask = padded_batch(lengths, vocab=60)
+    target = torch.arange(len(lengths)) % 3
 
     def run():
         out = model(ids, mask, need_layer_weights=True)
-        relevance = {
-            rule: word_relevance(model, ids, mask, target, rule) for rule in ("cp", "gradient")
-        }
-        return out, relevance
+        rules = ("cp", "gradient")
+        return out, {rule: word_relevance(model, ids, mask, target, rule) for rule in rules}
 
-    grouped, grouped_relevance = run()
+    new_empty = torch.Tensor.new_empty
+    with monkeypatch.context() as patch:
+        patch.setattr(model_module, "GROUP_MULTIPLE", 1)  # widths as short as the rows
+        patch.setattr(
+            torch.Tensor, "new_empty", lambda t, *a, **k: new_empty(t, *a, **k).fill_(torch.nan)
+        )
+        grouped, grouped_relevance = run()
     layout = grouped.windows
-    assert len(length_groups(layout.row_mask.sum(dim=1))) > 1  # the check below compares two ways
+    assert len(length_groups(layout.row_mask.sum(dim=1))) > 1  # two ways are compared below
     monkeypatch.setattr(model_module, "GROUP_FILL", 0.0)  # every row in one group
     single, single_relevance = run()
     assert_close(grouped.logits, single.logits, atol=1e-6, rtol=1e-5)
     assert_close(grouped.token_states, single.token_states, atol=1e-6, rtol=1e-5)
     real = layout.row_mask[:, None, :, None] & layout.row_mask[:, None, None, :]
+    padded_keys = ~layout.row_mask[:, None, None, :]
     for ours, theirs in zip(grouped.layer_weights, single.layer_weights, strict=True):
+        assert torch.isfinite(ours).all()
         assert_close(ours * real, theirs * real, atol=1e-6, rtol=1e-5)
-        assert torch.all(ours.masked_select(~real.expand_as(ours)) == 0)  # padding: exactly 0
+        assert torch.all(ours.masked_select(padded_keys.expand_as(ours)) == 0)
     for rule, scores in grouped_relevance.items():
         assert_close(scores, single_relevance[rule], atol=1e-6, rtol=1e-5)
 
@@ -167,8 +176,9 @@ def test_length_groups_cover_every_row_once_with_little_padding():
     groups = length_groups(lengths)
     rows = torch.cat([index for index, _ in groups])
     assert sorted(rows.tolist()) == list(range(len(lengths)))
-    for index, longest in groups:
-        assert longest == int(lengths[index].max())
+    for index, width in groups:
+        longest = int(lengths[index].max())
+        assert longest <= width < longest + model_module.GROUP_MULTIPLE and width <= 512
         assert bool((lengths[index] >= model_module.GROUP_FILL * longest).all())
 
 
