@@ -42,6 +42,7 @@ Torch only; :mod:`docclass.nn.model` calls these where a rule applies.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -49,17 +50,17 @@ from torch import nn
 PROPAGATIONS = ("gradient", "cp", "attnlrp")
 
 
-class _Valve(torch.autograd.Function):
-    """Identity forward; backward, the gradient passes only while the valve is open."""
+class _MapGradient(torch.autograd.Function):
+    """Identity forward; backward, the gradient passed through ``mapping`` (called then)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, valve: AttentionValve) -> torch.Tensor:  # noqa: D102
-        ctx.valve = valve
+    def forward(ctx, x: torch.Tensor, mapping: Callable) -> torch.Tensor:  # noqa: D102
+        ctx.mapping = mapping
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, gradient: torch.Tensor):  # noqa: D102
-        return (gradient if ctx.valve.open else torch.zeros_like(gradient)), None
+        return ctx.mapping(gradient), None
 
 
 class AttentionValve:
@@ -71,7 +72,10 @@ class AttentionValve:
         self.open = True
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return _Valve.apply(x, self)
+        return _MapGradient.apply(x, self._through)
+
+    def _through(self, gradient: torch.Tensor) -> torch.Tensor:
+        return gradient if self.open else torch.zeros_like(gradient)
 
 
 # What the model's ``propagation`` argument takes: None (plain gradients), a rule's name, or a
@@ -93,22 +97,9 @@ def identity_gelu(x: torch.Tensor) -> torch.Tensor:
     return x * gate.detach()
 
 
-class _DivideGradient(torch.autograd.Function):
-    """Identity forward; the gradient divided by ``factor`` backward (the uniform rule)."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, factor: float) -> torch.Tensor:  # noqa: D102
-        ctx.factor = factor
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, gradient: torch.Tensor):  # noqa: D102
-        return gradient / ctx.factor, None
-
-
 def divide_gradient(x: torch.Tensor, factor: float) -> torch.Tensor:
     """``x`` unchanged; its gradient divided by ``factor`` (the uniform rule's split)."""
-    return _DivideGradient.apply(x, factor)
+    return _MapGradient.apply(x, lambda gradient: gradient / factor)
 
 
 def norm(x: torch.Tensor, layer: nn.Module, propagation: Propagation) -> torch.Tensor:
