@@ -98,7 +98,7 @@ corpora: $(STAMP)  ## recommended configs vs TF-IDF+LinearSVC on BBC and ../shar
 	$(BIN)/python -m pip install --quiet $(PIP_FLAGS) -e ".[bench]"
 	$(BIN)/python -m scripts.corpora --seeds 0 1 2 --out reports/corpora
 
-encoder-speed: $(STAMP)  ## docclass's MiniLM beside transformers' BertForSequenceClassification, same batches; whole-document windows in length groups against one padding (~7 min)
+encoder-speed: $(STAMP)  ## docclass's MiniLM beside transformers' BertForSequenceClassification, same batches; whole-document windows in length groups against one padding (~5 min)
 	$(BIN)/python -m scripts.encoder_speed --config configs/minilm-128.yaml --windows_config configs/minilm.yaml \
 		--out reports/encoder-speed.json
 

@@ -101,6 +101,22 @@ def test_one_forward_pass_gives_each_rule_what_a_pass_of_its_own_gives(layout, o
     assert (conservative - gradient).abs().max() > 1e-3
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_gradient_times_input_is_autograd_with_every_norm_and_gate_held(layout):
+    """The rule against plain autograd through forward hooks written from its definition, on
+    every layout (encoder windows included)."""
+    model = model_of(layout)
+    ids, mask = padded_batch([19, 6], vocab=60)
+    target = torch.tensor([1, 2])
+    vectors = model.token_vectors(ids).detach().requires_grad_(True)
+    with norms_and_gates_held(model):
+        logits = model(ids, mask, token_vectors=vectors).logits
+    logits.gather(1, target[:, None]).sum().backward()
+    expected = (vectors.grad * vectors).sum(-1) * mask
+    scored = word_relevance(model, ids, mask, target, "gradient")
+    assert_close(scored, expected.detach(), atol=1e-5, rtol=1e-4)
+
+
 def test_without_blocks_conservative_relevance_is_the_exact_class_contribution():
     model = model_of("pre-LN", n_layers=0, positions="none")
     ids, mask = padded_batch([9, 4], vocab=60)
