@@ -167,6 +167,11 @@ def window_grouping_speed(
         "steps_per_round": steps,
         "rounds": rounds,
         "tokens_per_batch": [int(b["attention_mask"].sum()) for b in batches],
+        # Batches no longer than a window run unwindowed, the same either way (timed, not
+        # counted in the slots).
+        "windowed_batches": sum(
+            b["input_ids"].shape[1] > module.model.config.window_tokens for b in batches
+        ),
         "slots_per_real_token": _padded_slots(module, batches),
         "training_real_tokens_per_s": {n: statistics.median(v) for n, v in train.items()},
         "inference_real_tokens_per_s": {n: statistics.median(v) for n, v in infer.items()},

@@ -218,7 +218,7 @@ class EncoderBlock(nn.Module):
 
 
 # A window row joins the current group while it has at least this share of the group's longest
-# row: a group's padding is at most a quarter of its width.
+# row (then the width is rounded up, below, and groups of one width merge).
 GROUP_FILL = 0.75
 # Group widths are rounded up to a multiple of this (never past the rows' width), so a compiled
 # model on a GPU meets few distinct shapes.
@@ -233,12 +233,17 @@ def length_groups(
     order = torch.argsort(lengths, descending=True, stable=True)
     ordered = lengths[order].tolist()
     limit = width if width is not None else max(ordered, default=1)
-    groups, start = [], 0
+    groups: list[tuple[torch.Tensor, int]] = []
+    start = 0
     for i in range(1, len(ordered) + 1):
         if i == len(ordered) or ordered[i] < GROUP_FILL * ordered[start]:
             longest = max(int(ordered[start]), 1)
             rounded = -(-longest // GROUP_MULTIPLE) * GROUP_MULTIPLE
-            groups.append((order[start:i], max(longest, min(rounded, limit))))
+            group_width = max(longest, min(rounded, limit))
+            if groups and groups[-1][1] == group_width:  # one pass, not two, at one width
+                groups[-1] = (torch.cat([groups[-1][0], order[start:i]]), group_width)
+            else:
+                groups.append((order[start:i], group_width))
             start = i
     return groups
 

@@ -115,6 +115,9 @@ def test_gradient_times_input_is_autograd_with_every_norm_and_gate_held(layout):
     expected = (vectors.grad * vectors).sum(-1) * mask
     scored = word_relevance(model, ids, mask, target, "gradient")
     assert_close(scored, expected.detach(), atol=1e-5, rtol=1e-4)
+    plain = model.token_vectors(ids).detach().requires_grad_(True)
+    model(ids, mask, token_vectors=plain).logits.gather(1, target[:, None]).sum().backward()
+    assert ((plain.grad * plain).sum(-1) - scored).abs().max() > 1e-3  # the hooks matter here
 
 
 def test_without_blocks_conservative_relevance_is_the_exact_class_contribution():

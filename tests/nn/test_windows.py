@@ -155,8 +155,8 @@ def test_window_rows_of_unlike_lengths_run_in_groups_with_the_same_results(monke
             torch.Tensor, "new_empty", lambda t, *a, **k: new_empty(t, *a, **k).fill_(torch.nan)
         )
         grouped, grouped_relevance = run()
-    layout = grouped.windows
-    assert len(length_groups(layout.row_mask.sum(dim=1))) > 1  # two ways are compared below
+        layout = grouped.windows
+        assert len(length_groups(layout.row_mask.sum(dim=1))) > 1  # two ways are compared
     monkeypatch.setattr(model_module, "GROUP_FILL", 0.0)  # every row in one group
     single, single_relevance = run()
     assert_close(grouped.logits, single.logits, atol=1e-6, rtol=1e-5)
@@ -179,7 +179,29 @@ def test_length_groups_cover_every_row_once_with_little_padding():
     for index, width in groups:
         longest = int(lengths[index].max())
         assert longest <= width < longest + model_module.GROUP_MULTIPLE and width <= 512
-        assert bool((lengths[index] >= model_module.GROUP_FILL * longest).all())
+    assert len({width for _, width in groups}) == len(groups)  # one pass per width
+    # Widths round up to 8 but never past the rows' own width; equal widths merge.
+    assert [(sorted(i.tolist()), w) for i, w in length_groups(torch.tensor([13, 12, 5]), 13)] == [
+        ([0, 1], 13),
+        ([2], 8),
+    ]
+    assert [(sorted(i.tolist()), w) for i, w in length_groups(torch.tensor([7, 5]), 20)] == [
+        ([0, 1], 8)
+    ]
+
+
+def test_rounded_group_widths_give_the_same_results_as_one_padding(monkeypatch):
+    """With the default rounding a group can be wider than its longest row yet narrower than
+    the rows: windows of 20, last windows of 13, 7 and 5 tokens (groups of width 16 and 8)."""
+    model = windowed(window=20, max_positions=20)
+    ids, mask = padded_batch([53, 47, 25, 40], vocab=60)
+    grouped = model(ids, mask, need_layer_weights=True)
+    widths = [w for _, w in length_groups(grouped.windows.row_mask.sum(dim=1), 20)]
+    assert any(8 < w < 20 for w in widths) and len(widths) > 1
+    monkeypatch.setattr(model_module, "GROUP_FILL", 0.0)
+    single = model(ids, mask, need_layer_weights=True)
+    assert_close(grouped.logits, single.logits, atol=1e-6, rtol=1e-5)
+    assert_close(grouped.token_states, single.token_states, atol=1e-6, rtol=1e-5)
 
 
 def test_layout_keeps_every_real_token_once_as_an_owner():
