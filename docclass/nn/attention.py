@@ -53,7 +53,7 @@ class DotScore(nn.Module):
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """``queries [B,H,Q,Dh]``, ``keys [B,H,T,Dh]`` → scores ``[B,H,Q,T]``."""
-        return queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
+        return scaled_scores(queries, keys)
 
 
 class AdditiveScore(nn.Module):
