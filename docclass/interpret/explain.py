@@ -185,7 +185,7 @@ def explain_documents(
         texts: the documents.
         doc_ids: an id per document (default: its position).
         labels: the true label name per document, or None where unknown.
-        batch_size: documents per forward pass; the explicit attention holds ``B·H·T²`` floats.
+        batch_size: documents per forward pass; the attention weights hold ``B·H·T²`` floats.
         classes: which classes' contributions the record keeps in ``contributions{class:
             [...]}`` beside the predicted class's own (``scores.contribution``): none
             (predicted), those worth contrasting (:func:`contrast_classes`, with

@@ -229,8 +229,9 @@ class MultiHeadSelfAttention(nn.Module):
     """Multi-head intra-attention: every token attends to every real token of its document.
 
     Q, K and V are projected per head, attended in parallel, concatenated and projected with
-    W_o. Without ``need_weights`` the fused ``F.scaled_dot_product_attention`` kernel runs; with
-    it, an explicit path computes the same result and also returns the weights.
+    W_o. The fused ``F.scaled_dot_product_attention`` kernel computes the output; with
+    ``need_weights`` the weights are also computed, beside it and outside autograd (banded
+    attention, ``window``, takes its own explicit path).
 
     Args:
         d_model: model width D.
@@ -291,20 +292,29 @@ class MultiHeadSelfAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``[B,H,T,Dh]`` each → (attended ``[B,H,T,Dh]``, weights or None)."""
         dropout = self.attn_dropout if self.training else 0.0
+        if need_weights and not self.window:
+            # The fused kernel gives the output and its backward pass: on the CPU the explicit
+            # softmax(QKᵀ)·V in autograd made a MiniLM forward pass with weights 1.7× a plain
+            # one, before any backward pass through it. The weights are read (rollout, the
+            # maps), never differentiated: they are computed beside it, outside autograd.
+            attended, _ = self._attend(queries, keys, values, mask, need_weights=False)
+            with torch.no_grad():
+                scores = scaled_scores(queries, keys)  # (B, H, T, T)
+                if mask is None:
+                    return attended, torch.softmax(scores, dim=-1)
+                # masked_softmax without its copies (nothing is differentiated here): padded
+                # keys get exactly zero, and a row with no real key zeros, not uniform.
+                scores.masked_fill_(~mask[:, None, None, :], torch.finfo(scores.dtype).min)
+                weights = torch.softmax(scores, dim=-1)
+                return attended, weights.masked_fill_(~mask.any(dim=-1)[:, None, None, None], 0)
         if mask is None:  # every position real (the caller checked): no mask, fastest kernel
-            if not (need_weights or self.window):
+            if not self.window:
                 attended = F.scaled_dot_product_attention(queries, keys, values, dropout_p=dropout)
                 return attended, None
-            if not self.window:  # weights without a mask: a plain softmax
-                weights = torch.softmax(scaled_scores(queries, keys), dim=-1)
-                return F.dropout(weights, dropout, self.training) @ values, weights
             mask = queries.new_ones(queries.shape[0], queries.shape[2], dtype=torch.bool)
         if self.window:
             return local_attention(queries, keys, values, mask, self.window, need_weights, dropout)
         key_mask = mask[:, None, None, :]  # (B, 1, 1, T)
-        if need_weights:
-            weights = masked_softmax(scaled_scores(queries, keys), key_mask)  # (B, H, T, T)
-            return F.dropout(weights, dropout, self.training) @ values, weights
         # A document with no real token would give the fused kernel an all-masked row (NaN);
         # let such rows see every position instead: their output is never pooled anyway.
         empty = ~mask.any(dim=-1)[:, None, None, None]

@@ -142,11 +142,31 @@ class TestSelfAttention:
         assert_close(weights, masked_weights)
         assert_close(weights.sum(-1), torch.ones(3, 4, 9))
 
+    @pytest.mark.parametrize("padded", [True, False])
+    def test_the_weights_returned_are_those_the_output_was_made_with(self, padded):
+        """The output comes from the fused kernel, the weights from beside it: weights · V,
+        through W_o, must give the output of every real query, and a gradient must reach the
+        input through the output (gradient × input differentiates the attention)."""
+        mask = self.mask if padded else None
+        x = self.x.clone().requires_grad_(True)
+        out, weights = self.attention(x, mask, need_weights=True)
+        assert not weights.requires_grad
+        values = split_heads(self.attention.qkv(self.x).chunk(3, dim=-1)[2], 4)
+        rebuilt = self.attention.out_proj(merge_heads(weights @ values))
+        real = self.mask if padded else torch.ones(3, 9, dtype=torch.bool)
+        assert_close(out[real], rebuilt[real], atol=1e-5, rtol=1e-5)
+        (gradient,) = torch.autograd.grad(out[real].sum(), x)
+        (reference,) = torch.autograd.grad(self.attention(x, mask)[0][real].sum(), x)
+        assert_close(gradient, reference)
+
     def test_empty_document_gives_finite_output(self):
         mask = self.mask.clone()
         mask[1] = False
         out, _ = self.attention(self.x, mask)
         assert torch.isfinite(out).all()
+        out, weights = self.attention(self.x, mask, need_weights=True)
+        assert torch.isfinite(out).all() and torch.equal(weights[1], torch.zeros_like(weights[1]))
+        assert torch.all(weights[~mask[:, None, None, :].expand_as(weights)] == 0)
 
     def test_head_count_must_divide_width(self):
         with pytest.raises(ValueError, match="divisible"):

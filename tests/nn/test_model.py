@@ -250,6 +250,16 @@ def test_batch_without_padding_takes_the_unmasked_kernel_with_the_same_result(la
     model(ids, padded)
     assert len(masks) == config.n_layers and all(mask is not None for mask in masks)
     masks.clear()
-    # The explicit path always masks (and never calls the kernel): the same logits.
+
+    def explicit(queries, keys, values, attn_mask=None, dropout_p=0.0):
+        """The reference: softmax(q·kᵀ/√d) v, written out, masked keys at -inf."""
+        scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
+        if attn_mask is not None:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ values
+
+    # The kernel without a mask gives what the written-out attention gives, with the weights
+    # asked for or not.
+    monkeypatch.setattr(F, "scaled_dot_product_attention", explicit)
+    assert_close(fast, model(ids, full).logits, atol=1e-5, rtol=1e-5)
     assert_close(fast, model(ids, full, need_layer_weights=True).logits, atol=1e-5, rtol=1e-5)
-    assert masks == []
