@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from docclass.data.tokenizer import unknown_id
-from docclass.evaluate.erasure import keep_distributions, rank_words
+from docclass.evaluate.erasure import Copies, keep_distributions, rank_words
 from docclass.interpret.inputs import document_inputs, float32_classifier
 
 MAX_FRACTION = 0.2
@@ -34,22 +34,31 @@ def doubling_counts(limit: int) -> list[int]:
 
 
 def fewest_flipping(
-    removing: Callable[[list[int]], np.ndarray], limit: int, predicted: int
+    removing: Callable[[list[int]], np.ndarray],
+    limit: int,
+    predicted: int,
+    known: dict[int, np.ndarray] | None = None,
 ) -> tuple[int | None, dict[int, np.ndarray]]:
     """The fewest top words (at most ``limit``) whose removal changes the label ``predicted``,
     None when no count tried does, and every count tried with its distribution.
-    ``removing(counts)`` gives the distributions with each count's top words removed."""
-    tried: dict[int, np.ndarray] = {}
-    # The first counts alone, then the rest: a label that falls with a word or two (the most
-    # common case) costs two or three passes.
-    doubling = doubling_counts(limit)
-    for group in (doubling[:2], doubling[2:]):
-        if not group:
-            continue
-        for k, distribution in zip(group, removing(group), strict=True):
-            tried[k] = distribution
-        if any(int(tried[k].argmax()) != predicted for k in group):
-            break
+    ``removing(counts)`` gives the distributions with each count's top words removed;
+    ``known`` holds counts whose distributions were already run (the report's faithfulness
+    copies): they stand in for the doubling, so only the halving between them costs passes."""
+    tried = {k: d for k, d in (known or {}).items() if 1 <= k <= limit}
+    if tried:
+        if not any(int(d.argmax()) != predicted for d in tried.values()) and limit not in tried:
+            (tried[limit],) = removing([limit])
+    else:
+        # The first counts alone, then the rest: a label that falls with a word or two (the
+        # most common case) costs two or three passes.
+        doubling = doubling_counts(limit)
+        for group in (doubling[:2], doubling[2:]):
+            if not group:
+                continue
+            for k, distribution in zip(group, removing(group), strict=True):
+                tried[k] = distribution
+            if any(int(tried[k].argmax()) != predicted for k in group):
+                break
     flips = [k for k in sorted(tried) if int(tried[k].argmax()) != predicted]
     if not flips:
         return None, tried
@@ -74,10 +83,13 @@ def document_counterfactual(
     max_fraction: float = MAX_FRACTION,
     removal: str = "mask",
     device: str = "cpu",
+    copies: Copies | None = None,
 ) -> dict[str, Any] | None:
     """``{"method", "k", "words", "indices", "label", "p", "tried", "counts"}`` for one
     explained document: ``k`` None when no count tried (``counts``, up to ``tried`` =
-    ``max_fraction`` of its words) flips it. None for a document with nothing to rank."""
+    ``max_fraction`` of its words) flips it. None for a document with nothing to rank.
+    ``copies``: the document's copies already run (:func:`keep_distributions`); those that
+    remove a count of this ranking's top words are read, not run again."""
     if record.get("error") or record["words_read"] < 2 or method not in record["scores"]:
         return None
     n_words = record["words_read"]
@@ -86,17 +98,26 @@ def document_counterfactual(
     ids, token_words, predicted = document_inputs(classifier, text, record)
     unk = unknown_id(classifier.tokenizer)
 
-    def removing(counts: list[int]) -> np.ndarray:
-        masks = []
-        for k in counts:
-            keep = np.ones(n_words, dtype=bool)
-            keep[ranking[:k]] = False
-            masks.append(keep)
-        return keep_distributions(
-            classifier.model, ids, token_words, masks, removal, device=device, unk_id=unk
-        )
+    def without_top(k: int) -> np.ndarray:
+        keep = np.ones(n_words, dtype=bool)
+        keep[ranking[:k]] = False
+        return keep
 
-    high, tried = fewest_flipping(removing, limit, predicted)
+    def removing(counts: list[int]) -> np.ndarray:
+        masks = [without_top(k) for k in counts]
+        return keep_distributions(
+            classifier.model, ids, token_words, masks, removal, device=device, unk_id=unk,
+            copies=copies,
+        )  # fmt: skip
+
+    known = {}
+    if copies:
+        # Masks of the same ranking, so a faithfulness copy that removed k top words is found.
+        for k in range(1, limit + 1):
+            key = (removal, without_top(k).tobytes())
+            if key in copies:
+                known[k] = copies[key]
+    high, tried = fewest_flipping(removing, limit, predicted, known)
     result: dict[str, Any] = {"method": method, "k": None, "tried": limit, "counts": sorted(tried)}
     if high is None:
         return result
@@ -120,18 +141,21 @@ def add_counterfactuals(
     max_fraction: float = MAX_FRACTION,
     device: str = "cpu",
     positions: Sequence[int] | None = None,
+    copies: dict[int, Copies] | None = None,
 ) -> dict[str, Any]:
     """Store each record's counterfactual under ``counterfactual`` (only the records at
     ``positions`` when given); return how often one exists (``documents`` tried, ``flipped``,
-    their ``share``, and the median words removed)."""
+    their ``share``, and the median words removed). ``copies``: per record position, its
+    perturbed copies already run through this model (see :func:`document_counterfactual`)."""
     classifier = float32_classifier(classifier)
     found = []
     tried = 0
     for position in range(len(records)) if positions is None else positions:
         record = records[position]
         counterfactual = document_counterfactual(
-            classifier, texts[position], record, method, max_fraction, device=device
-        )
+            classifier, texts[position], record, method, max_fraction, device=device,
+            copies=(copies or {}).get(position),
+        )  # fmt: skip
         if counterfactual is None:
             continue
         record["counterfactual"] = counterfactual

@@ -79,6 +79,10 @@ def _curve_masks(n_words: int, ranking: Sequence[int], fractions: Sequence[float
 
 REMOVALS = ("mask", "unk", "delete")
 
+# A document's perturbed copies already run, by (removal, word-keep mask bytes): their class
+# distributions (see ``keep_distributions``).
+Copies = dict[tuple[str, bytes], np.ndarray]
+
 
 def keep_probabilities(
     model: DocumentClassifier,
@@ -90,11 +94,12 @@ def keep_probabilities(
     batch_size: int = 64,
     device: str = "cpu",
     unk_id: int = UNK_ID,
+    copies: Copies | None = None,
 ) -> np.ndarray:
     """p(target) for each word-keep mask of one document (see :func:`keep_distributions`)."""
-    return keep_distributions(model, ids, token_words, masks, removal, batch_size, device, unk_id)[
-        :, target
-    ]
+    return keep_distributions(
+        model, ids, token_words, masks, removal, batch_size, device, unk_id, copies
+    )[:, target]
 
 
 def keep_distributions(
@@ -106,6 +111,7 @@ def keep_distributions(
     batch_size: int = 64,
     device: str = "cpu",
     unk_id: int = UNK_ID,
+    copies: Copies | None = None,
 ) -> np.ndarray:
     """The class distribution ``[N,C]`` for each word-keep mask of one document, the copies run
     in batches.
@@ -117,18 +123,37 @@ def keep_distributions(
     three can differ: the model has seen neither empty positions nor many [UNK]s in training.
 
     A copy asked for twice (two methods agreeing on a document's top word, say) runs once.
+    ``copies``, when given, holds this document's copies already run through this model (by
+    removal and mask) and receives the new ones: the report's counterfactual search reads the
+    faithfulness measure's copies from it instead of running them again.
     """
     if removal not in REMOVALS:
         raise ValueError(f"removal must be one of {REMOVALS}, got {removal!r}")
-    unique: dict[bytes, int] = {}
-    which = [unique.setdefault(np.asarray(m, dtype=bool).tobytes(), len(unique)) for m in masks]
-    if len(unique) < len(masks):
-        firsts = {index: position for position, index in reversed(list(enumerate(which)))}
-        distinct = [masks[firsts[index]] for index in range(len(unique))]
-        computed = keep_distributions(
-            model, ids, token_words, distinct, removal, batch_size, device, unk_id
+    keys = [(removal, np.asarray(mask, dtype=bool).tobytes()) for mask in masks]
+    known = {} if copies is None else copies
+    new: dict[tuple[str, bytes], np.ndarray] = {}
+    for key, mask in zip(keys, masks, strict=True):
+        if key not in known and key not in new:
+            new[key] = np.asarray(mask, dtype=bool)
+    if new:
+        computed = _run_copies(
+            model, ids, token_words, list(new.values()), removal, batch_size, device, unk_id
         )
-        return computed[which]
+        known.update(zip(new, computed, strict=True))
+    return np.stack([known[key] for key in keys])
+
+
+def _run_copies(
+    model: DocumentClassifier,
+    ids: torch.Tensor,
+    token_words: np.ndarray,
+    masks: Sequence[np.ndarray],
+    removal: str,
+    batch_size: int,
+    device: str,
+    unk_id: int,
+) -> np.ndarray:
+    """``keep_distributions`` of distinct masks: every copy runs."""
     model = float32_model(model.to(device).eval())
     keeps = [mask[token_words] for mask in masks]
     with torch.inference_mode():
@@ -198,9 +223,10 @@ def document_curves(
     fractions: Sequence[float] = FRACTIONS,
     batch_size: int = 64,
     device: str = "cpu",
+    copies: Copies | None = None,
 ) -> dict[str, dict[str, list[float]]]:
     """Removal curves of several rankings of one document, every perturbed copy batched
-    (removal as in :func:`keep_probabilities`)."""
+    (removal and ``copies`` as in :func:`keep_distributions`)."""
     ids, token_words, predicted = document_inputs(classifier, text, record)
     n_words = record["words_read"]
     masks = [np.ones(n_words, dtype=bool)]
@@ -208,7 +234,7 @@ def document_curves(
         masks += _curve_masks(n_words, ranking, fractions)
     flat = keep_probabilities(
         classifier.model, ids, token_words, masks, predicted, removal, batch_size, device,
-        unknown_id(classifier.tokenizer),
+        unknown_id(classifier.tokenizer), copies,
     )  # fmt: skip
     full, rest = float(flat[0]), flat[1:]
     curves, per = {}, 2 * len(fractions)
@@ -233,10 +259,12 @@ def document_faithfulness(
     random_seeds: int = 5,
     fractions: Sequence[float] = FRACTIONS,
     device: str = "cpu",
+    copies: Copies | None = None,
 ) -> dict[str, dict[str, Any]] | None:
     """One document's AOPC comprehensiveness and sufficiency and comprehensiveness curve for
     every method of its record, and for a random ranking averaged over ``random_seeds`` seeds
     (``"random"``). None for a document too short to rank (fewer than two words read).
+    ``copies`` as in :func:`keep_distributions`.
 
     AOPC here is ERASER's code's definition: the mean over the fractions removed (1, 5, 10, 20
     and 50 % of the words), without the k = 0 point of the AOPC paper's formula."""
@@ -254,7 +282,9 @@ def document_faithfulness(
     for seed in range(random_seeds):
         rng = np.random.default_rng([document_seed, seed])
         rankings[f"random {seed}"] = rng.permutation(n_words).tolist()
-    curves = document_curves(classifier, text, record, rankings, removal, fractions, device=device)
+    curves = document_curves(
+        classifier, text, record, rankings, removal, fractions, device=device, copies=copies
+    )
     grouped: dict[str, list[dict[str, list[float]]]] = {}
     for name, curve in curves.items():
         grouped.setdefault("random" if name.startswith("random ") else name, []).append(curve)

@@ -21,7 +21,7 @@ def flips_when(monkeypatch):
     asked: list[int] = []
 
     def install(flips):
-        def distributions(model, ids, token_words, masks, removal, device="cpu", unk_id=1):
+        def distributions(model, ids, token_words, masks, removal, **_):
             rows = []
             for keep in masks:
                 k = int((~keep).sum())
@@ -62,6 +62,27 @@ def test_no_count_tried_flips_the_label(flips_when):
     asked = flips_when(lambda k: False)
     found = document_counterfactual(Classifier(), "text", RECORD, "contribution")
     assert found["k"] is None and found["tried"] == 20 and asked == [1, 2, 4, 8, 16, 20]
+
+
+def test_copies_already_run_stand_in_for_the_doubling(flips_when):
+    """Counts whose copies the faithfulness measure ran cost nothing; only the halving between
+    the last that kept the label and the first that changed it runs (here 7, then 5)."""
+    from docclass.evaluate.counterfactual import fewest_flipping
+
+    asked = flips_when(lambda k: k >= 5)
+    kept, flipped = np.array([0.8, 0.1, 0.1]), np.array([0.2, 0.7, 0.1])
+
+    def removing(counts):
+        asked.extend(counts)
+        return np.array([flipped if k >= 5 else kept for k in counts])
+
+    known = {1: kept, 4: kept, 10: flipped, 20: flipped, 30: flipped}
+    k, tried = fewest_flipping(removing, 20, 0, known)
+    assert k == 5 and asked == [7, 5]
+    assert sorted(tried) == [1, 4, 5, 7, 10, 20]  # 30 is beyond the limit: not a count tried
+    asked.clear()
+    # None of the known counts flips: the limit itself is tried once, not the doubling.
+    assert fewest_flipping(removing, 4, 0, {1: kept, 2: kept})[0] is None and asked == [4]
 
 
 def test_counts_double_up_to_the_limit():

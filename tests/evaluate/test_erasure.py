@@ -252,3 +252,61 @@ def test_faithfulness_of_other_weights_leaves_the_report_in_the_folder_alone(fit
           "--sample", "0", "--removals", "[mask]", "--permutations", "2"])  # fmt: skip
     assert (out / "faithfulness.json").is_file()
     assert "sanity-table" not in (out / "index.html").read_text(encoding="utf-8")
+
+
+def test_the_counterfactual_search_reads_the_faithfulness_copies(planted):
+    """As the report runs them: the counterfactual search given the faithfulness measure's
+    copies runs fewer new ones, counts the faithfulness counts as tried, and its answer holds
+    (removing the top k words changes the label, the top k - 1 do not)."""
+    import zlib
+
+    from docclass.artifacts.load import load_classifier
+    from docclass.evaluate import erasure
+    from docclass.evaluate.counterfactual import document_counterfactual
+    from docclass.evaluate.erasure import document_faithfulness, keep_distributions, rank_words
+    from docclass.interpret.explain import explain_documents
+    from docclass.interpret.inputs import document_inputs
+
+    _, workdir = planted
+    classifier = load_classifier(workdir / "blocks-0" / "checkpoints" / "last.ckpt")
+    flipped = 0
+    for row in planted_keyword_corpus(4, seed=4):
+        text = row["text"]
+        (record,) = explain_documents(classifier, [text])
+        copies: dict = {}
+        assert document_faithfulness(classifier, text, record, copies=copies)
+        run: list = []
+        real = erasure._run_copies
+
+        def counted(model, ids, token_words, masks, *rest, real=real, run=run):
+            run.extend(masks)
+            return real(model, ids, token_words, masks, *rest)
+
+        erasure._run_copies = counted
+        try:
+            alone = document_counterfactual(classifier, text, record, "contribution")
+            ran_alone = len(run)
+            run.clear()
+            shared = document_counterfactual(
+                classifier, text, record, "contribution", copies=copies
+            )
+        finally:
+            erasure._run_copies = real
+        assert len(run) < ran_alone
+        n = record["words_read"]
+        counts = {erasure.top_k(n, f) for f in erasure.FRACTIONS} & set(range(alone["tried"] + 1))
+        assert counts and counts <= set(shared["counts"])
+        assert shared["k"] == alone["k"]  # a keyword decides: the label falls and stays down
+        if shared["k"] is None:
+            continue
+        flipped += 1
+        ranking = rank_words(record["scores"]["contribution"][:n], zlib.crc32(text.encode()))
+        ids, token_words, predicted = document_inputs(classifier, text, record)
+        masks = []
+        for k in (shared["k"] - 1, shared["k"]):
+            keep = np.ones(n, dtype=bool)
+            keep[ranking[:k]] = False
+            masks.append(keep)
+        labels = keep_distributions(classifier.model, ids, token_words, masks).argmax(axis=1)
+        assert labels[0] == predicted and labels[1] != predicted
+    assert flipped
