@@ -6,8 +6,9 @@ its position). The number removed is searched by doubling (the top 1, 2, 4, … 
 ``max_fraction`` of the words read) and then halving between the last count that left the
 label and the first that changed it, so a document costs a dozen forward passes, not one per
 word: through a pre-trained encoder a pass costs as much as a whole from-scratch report page.
-The result is ``k`` words whose removal changes the predicted class while removing the top
-``k - 1`` does not; it is the fewest such ``k`` whenever removing more top words never brings
+Where the faithfulness measure has run copies of the same ranking (the report), their counts
+take the doubling's place. The result is ``k`` words whose removal changes the predicted class
+while removing the top ``k - 1`` does not; it is the fewest such ``k`` whenever removing more top words never brings
 the label back. No change at any count tried says the decision does not rest on a few words.
 """
 
