@@ -6,10 +6,12 @@ its position). The number removed is searched by doubling (the top 1, 2, 4, … 
 ``max_fraction`` of the words read) and then halving between the last count that left the
 label and the first that changed it, so a document costs a dozen forward passes, not one per
 word: through a pre-trained encoder a pass costs as much as a whole from-scratch report page.
-Where the faithfulness measure has run copies of the same ranking (the report), their counts
-take the doubling's place. The result is ``k`` words whose removal changes the predicted class
-while removing the top ``k - 1`` does not; it is the fewest such ``k`` whenever removing more top words never brings
-the label back. No change at any count tried says the decision does not rest on a few words.
+Where the faithfulness measure has run copies of the same ranking (the report: the top
+``ceil(f·n)`` words removed for each fraction ``f``), those under the limit take the doubling's
+place. The result is ``k`` words whose removal changes the predicted class while removing the
+top ``k - 1`` does not; it is the fewest such ``k`` whenever removing more top words never
+brings the label back (with the faithfulness counts, fewer small counts are tried). No change
+at any count tried says the decision does not rest on a few words.
 """
 
 from __future__ import annotations
@@ -113,11 +115,16 @@ def document_counterfactual(
 
     known = {}
     if copies:
-        # Masks of the same ranking, so a faithfulness copy that removed k top words is found.
-        for k in range(1, limit + 1):
-            key = (removal, without_top(k).tobytes())
-            if key in copies:
-                known[k] = copies[key]
+        # A copy under this removal that removed exactly the top k words of this ranking
+        # (the faithfulness measure ranks them the same way, ties broken by the same seed).
+        rank_of = np.empty(n_words, dtype=np.int64)
+        rank_of[ranking] = np.arange(n_words)
+        for (copy_removal, key), distribution in copies.items():
+            removed = ~np.frombuffer(key, dtype=bool)
+            k = int(removed.sum())
+            if copy_removal == removal and len(removed) == n_words and 1 <= k <= limit:
+                if rank_of[removed].max() == k - 1:
+                    known[k] = distribution
     high, tried = fewest_flipping(removing, limit, predicted, known)
     result: dict[str, Any] = {"method": method, "k": None, "tried": limit, "counts": sorted(tried)}
     if high is None:
@@ -153,9 +160,10 @@ def add_counterfactuals(
     tried = 0
     for position in range(len(records)) if positions is None else positions:
         record = records[position]
+        # Each document's copies are read once, then freed.
         counterfactual = document_counterfactual(
             classifier, texts[position], record, method, max_fraction, device=device,
-            copies=(copies or {}).get(position),
+            copies=(copies or {}).pop(position, None),
         )  # fmt: skip
         if counterfactual is None:
             continue

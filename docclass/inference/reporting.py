@@ -24,7 +24,7 @@ from docclass.artifacts.load import TrainedClassifier, load_classifier
 from docclass.data.sources import SourceSpec, load_source
 from docclass.errors import DataError
 from docclass.evaluate.agreement import add_agreement
-from docclass.evaluate.counterfactual import add_counterfactuals
+from docclass.evaluate.counterfactual import MAX_FRACTION, add_counterfactuals
 from docclass.evaluate.erasure import (
     FRACTIONS,
     Copies,
@@ -226,10 +226,18 @@ def measure_faithfulness(
         scores = record.get("scores", {})
         methods = {k: v for k, v in scores.items() if not k.startswith(HEAD_PREFIX)}
         measured = {**record, "scores": methods}
+        run: Copies = {}
         figures = document_faithfulness(
-            classifier, texts[i], measured, "mask", device=device,
-            copies=None if copies is None else copies.setdefault(i, {}),
-        )  # fmt: skip
+            classifier, texts[i], measured, "mask", device=device, copies=run
+        )
+        if copies is not None:
+            # Only what the counterfactual search can read: copies without at most its limit.
+            limit = MAX_FRACTION * record["words_read"]
+            copies[i] = {
+                key: distribution
+                for key, distribution in run.items()
+                if np.count_nonzero(~np.frombuffer(key[1], dtype=bool)) <= limit
+            }
         if figures:
             record["faithfulness"] = {"removal": "mask", "methods": figures}
     per_document = [r["faithfulness"]["methods"] for r in records if r.get("faithfulness")]
@@ -344,9 +352,9 @@ def make_report(
         subtitle = f"{subtitle} · {population['selection']}"
     records = explain_documents(classifier, texts, ids, labels, batch_size, classes, device=device)
     explained = time.perf_counter()
-    # The faithfulness copies, kept for the counterfactual search: its doubling would otherwise
-    # run again copies that remove the default method's top 1, 5, 10 and 20 % of the words.
-    copies: dict[int, Copies] = {}
+    # The faithfulness copies, kept for the counterfactual search: those without the default
+    # method's top ceil(f·n) words (f = 1, 5, 10, 20 %) under its limit replace its doubling.
+    copies: dict[int, Copies] | None = {} if counterfactuals else None
     summary = None
     if faithfulness:
         error_share = _error_share(population)

@@ -322,9 +322,9 @@ class DocumentClassifier(nn.Module):
         Args:
             input_ids: ``[B,T]`` long token ids.
             attention_mask: ``[B,T]`` bool, True = real token.
-            need_layer_weights: also return every block's ``[B,H,T,T]`` attention, detached
-                (computed beside the fused kernel; O(T²) memory per head); banded
-                ``[B,H,nb,w,3w]`` with an attention window; per window row ``[N,H,L,L]`` with
+            need_layer_weights: also return every block's ``[B,H,T,T]`` attention (full
+                attention: detached, computed beside the fused kernel; O(T²) memory per head);
+                banded ``[B,H,nb,w,3w]`` with an attention window; per window row ``[N,H,L,L]`` with
                 ``window_tokens``.
             token_vectors: optional ``[B,T,D]`` replacement for :meth:`token_vectors`, for
                 gradient-based word scores (positions are added by the model).

@@ -85,6 +85,28 @@ def test_copies_already_run_stand_in_for_the_doubling(flips_when):
     assert fewest_flipping(removing, 4, 0, {1: kept, 2: kept})[0] is None and asked == [4]
 
 
+def test_copies_of_another_removal_or_ranking_are_not_read(flips_when):
+    """Copies run under masking are no answer for a search by [UNK]; a copy without words that
+    are not the ranking's top k is no count of it: the search doubles as if it had none."""
+    asked = flips_when(lambda k: k >= 5)
+    keep = np.ones(100, dtype=bool)
+    keep[:10] = False  # the top 10 of RECORD's ranking (its scores fall with the position)
+    other = np.ones(100, dtype=bool)
+    other[[0, 50]] = False  # two words, but not the top two
+    flipped = np.array([0.2, 0.7, 0.1])
+    copies = {("mask", keep.tobytes()): flipped, ("unk", other.tobytes()): flipped}
+    found = document_counterfactual(
+        Classifier(), "text", RECORD, "contribution", removal="unk", copies=copies
+    )
+    assert found["k"] == 5 and asked == [1, 2, 4, 8, 16, 20, 6, 5]
+    asked.clear()
+    found = document_counterfactual(
+        Classifier(), "text", RECORD, "contribution", removal="mask", copies=copies
+    )
+    # Under masking the top-10 copy is read: halving from 10 alone, no doubling.
+    assert found["k"] == 5 and asked == [5, 2, 3, 4] and 10 in found["counts"]
+
+
 def test_counts_double_up_to_the_limit():
     assert doubling_counts(1) == [1] and doubling_counts(3) == [1, 2, 3]
     assert doubling_counts(96) == [1, 2, 4, 8, 16, 32, 64, 96]

@@ -123,7 +123,7 @@ class TestSelfAttention:
         assert weights is None
         assert_close(out, self.reference(self.x, self.mask), atol=1e-5, rtol=1e-5)
 
-    def test_explicit_path_matches_fused_path_and_returns_weights(self):
+    def test_weights_asked_for_leave_the_output_as_is_and_are_masked(self):
         fused, _ = self.attention(self.x, self.mask)
         explicit, weights = self.attention(self.x, self.mask, need_weights=True)
         assert_close(explicit, fused, atol=1e-5, rtol=1e-5)
