@@ -30,6 +30,11 @@ from docclass.interpret.inputs import document_inputs, float32_classifier
 MAX_FRACTION = 0.2
 
 
+def search_limit(n_words: int, max_fraction: float = MAX_FRACTION) -> int:
+    """The most top words the search removes from a document of ``n_words``: at least one."""
+    return max(1, math.floor(max_fraction * n_words))
+
+
 def doubling_counts(limit: int) -> list[int]:
     """1, 2, 4, … below ``limit``, then ``limit`` itself."""
     counts = [1 << i for i in range(max(1, limit).bit_length()) if 1 << i < limit]
@@ -97,7 +102,7 @@ def document_counterfactual(
         return None
     n_words = record["words_read"]
     ranking = rank_words(record["scores"][method][:n_words], zlib.crc32(text.encode("utf-8")))
-    limit = max(1, math.floor(max_fraction * n_words))
+    limit = search_limit(n_words, max_fraction)
     ids, token_words, predicted = document_inputs(classifier, text, record)
     unk = unknown_id(classifier.tokenizer)
 
@@ -117,7 +122,7 @@ def document_counterfactual(
     if copies:
         # A copy under this removal that removed exactly the top k words of this ranking
         # (the faithfulness measure ranks them the same way, ties broken by the same seed).
-        rank_of = np.empty(n_words, dtype=np.int64)
+        rank_of = np.full(n_words, n_words, dtype=np.int64)
         rank_of[ranking] = np.arange(n_words)
         for (copy_removal, key), distribution in copies.items():
             removed = ~np.frombuffer(key, dtype=bool)

@@ -24,7 +24,7 @@ from docclass.artifacts.load import TrainedClassifier, load_classifier
 from docclass.data.sources import SourceSpec, load_source
 from docclass.errors import DataError
 from docclass.evaluate.agreement import add_agreement
-from docclass.evaluate.counterfactual import MAX_FRACTION, add_counterfactuals
+from docclass.evaluate.counterfactual import add_counterfactuals, search_limit
 from docclass.evaluate.erasure import (
     FRACTIONS,
     Copies,
@@ -231,8 +231,8 @@ def measure_faithfulness(
             classifier, texts[i], measured, "mask", device=device, copies=run
         )
         if copies is not None:
-            # Only what the counterfactual search can read: copies without at most its limit.
-            limit = MAX_FRACTION * record["words_read"]
+            # Only copies small enough for the counterfactual search: at most its limit removed.
+            limit = search_limit(record["words_read"])
             copies[i] = {
                 key: distribution
                 for key, distribution in run.items()

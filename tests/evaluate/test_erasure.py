@@ -310,3 +310,42 @@ def test_the_counterfactual_search_reads_the_faithfulness_copies(planted):
         labels = keep_distributions(classifier.model, ids, token_words, masks).argmax(axis=1)
         assert labels[0] == predicted and labels[1] != predicted
     assert flipped
+
+
+def test_the_report_hands_its_faithfulness_copies_to_the_counterfactual_search(
+    planted, tmp_path, monkeypatch
+):
+    """Through ``docclass report``: every measured document's copies reach the search, each
+    holds only copies the search may read (at most its limit of words removed), and all are
+    read and freed by the end."""
+    import json
+
+    from docclass.cli import main
+    from docclass.evaluate.counterfactual import search_limit
+    from docclass.inference import reporting
+
+    seen: dict = {}
+    real = reporting.add_counterfactuals
+
+    def spy(*args, copies=None, **kwargs):
+        seen["before"] = {position: dict(kept) for position, kept in copies.items()}
+        result = real(*args, copies=copies, **kwargs)
+        seen["after"] = dict(copies)
+        return result
+
+    monkeypatch.setattr(reporting, "add_counterfactuals", spy)
+    _, workdir = planted
+    rows = planted_keyword_corpus(3, seed=5)
+    corpus = tmp_path / "held-out.jsonl"
+    corpus.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    main(["report", "--ckpt", str(workdir / "blocks-0" / "checkpoints" / "last.ckpt"),
+          "--data", str(corpus), "--split", "train", "--out", str(tmp_path / "r")])  # fmt: skip
+    assert sorted(seen["before"]) == list(range(len(rows))) and seen["after"] == {}
+    explanations = tmp_path / "r" / "explanations.jsonl.gz"
+    records = [json.loads(line) for line in gzip.open(explanations, "rt")]
+    for position, kept in seen["before"].items():
+        limit = search_limit(records[position]["words_read"])
+        removed = [int((~np.frombuffer(key[1], dtype=bool)).sum()) for key in kept]
+        assert kept and max(removed) <= limit < records[position]["words_read"] * 0.5
+        # The faithfulness counts under the limit were read, not run again.
+        assert set(removed) & set(records[position]["counterfactual"]["counts"])

@@ -258,6 +258,9 @@ def test_batch_without_padding_takes_the_unmasked_kernel_with_the_same_result(la
             scores = scores.masked_fill(~attn_mask, float("-inf"))
         return torch.softmax(scores, dim=-1) @ values
 
+    # With the weights asked for, the output still comes from the kernel without a mask.
+    model(ids, full, need_layer_weights=True)
+    assert masks == [None] * config.n_layers
     # The kernel without a mask gives what the written-out attention gives, with the weights
     # asked for or not.
     monkeypatch.setattr(F, "scaled_dot_product_attention", explicit)
