@@ -47,7 +47,10 @@ def run_seeds(
     """Fit ``config`` once per seed and collect each run's figures.
 
     With ``reuse``, a seed whose run folder already holds a ``metrics.json`` is not trained
-    again (for adding seeds to a finished sweep; the caller vouches the settings are the same).
+    again (for adding seeds to a finished sweep; the caller vouches the settings are the same),
+    and one that was stopped after an epoch resumes from its ``checkpoints/last.ckpt`` instead of
+    starting over (a whole-document MiniLM run lasts most of an hour). A resumed run's
+    ``train_time_s`` covers only its last part; its record says ``resumed``.
     """
     runs = []
     for seed in seeds:
@@ -62,9 +65,15 @@ def run_seeds(
             "--trainer.enable_progress_bar", "false",
             *overrides,
         ]  # fmt: skip
+        last = run_dir / "checkpoints" / "last.ckpt"
+        resumed = reuse and last.is_file()
+        if resumed:
+            command += ["--ckpt_path", str(last)]
         started = time.perf_counter()
         subprocess.run(command, check=True)
-        runs.append(run_record(seed, run_dir, time.perf_counter() - started))
+        runs.append(
+            {**run_record(seed, run_dir, time.perf_counter() - started), "resumed": resumed}
+        )
         print(json.dumps(runs[-1]), flush=True)
     return {
         "config": config,

@@ -1,5 +1,7 @@
 """`make corpora`'s bookkeeping: which folders are corpora, and that validation alone chooses."""
 
+from pathlib import Path
+
 from benchmarks.corpora import choose_on_validation, development_corpora, recommended_beats_svm
 
 
@@ -59,3 +61,47 @@ def test_candidates_not_run_now_are_carried_over_and_marked():
     # Only candidates measured on every corpus can be recommended.
     corpora = {"x": result, "y": {"candidates": {"b": sweep(0.5, 0.5, 0.5)}}}
     assert choose_on_validation(corpora) == "b"
+
+
+def test_a_reused_sweep_resumes_a_stopped_run_from_its_last_checkpoint(tmp_path, monkeypatch):
+    """A run folder with ``last.ckpt`` and no ``metrics.json`` (stopped after an epoch) goes on
+    from that checkpoint under ``reuse``; without ``reuse``, or with no checkpoint, it starts
+    over; a finished run is read, not run. (The resume itself: tests/train/test_resume.py.)"""
+    import json
+
+    from benchmarks import seeds
+
+    commands = []
+    real = seeds.subprocess.run
+
+    def fit(command, **kwargs):
+        if "fit" not in command:  # the machine summary's own calls
+            return real(command, **kwargs)
+        commands.append(command)
+        run_dir = command[command.index("--trainer.default_root_dir") + 1]
+        metrics = {"val": {"acc": 0.9}, "test": {"accuracy": 0.9, "macro_f1": 0.9},
+                   "train_time_s": 1.0}  # fmt: skip
+        (tmp_path / run_dir / "metrics.json").write_text(json.dumps(metrics))
+
+    monkeypatch.setattr(seeds.subprocess, "run", fit)
+    monkeypatch.chdir(tmp_path)
+    for seed in (0, 1):
+        (tmp_path / "out" / f"seed{seed}" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "out" / "seed0" / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    (tmp_path / "out" / "seed2").mkdir()
+    (tmp_path / "out" / "seed2" / "metrics.json").write_text(
+        json.dumps(
+            {"val": {"acc": 0.8}, "test": {"accuracy": 0.8, "macro_f1": 0.8}, "train_time_s": 2.0}
+        )  # fmt: skip
+    )
+    summary = seeds.run_seeds("c.yaml", [0, 1, 2], Path("out"), [], reuse=True)
+    assert len(commands) == 2
+    assert commands[0][-2:] == ["--ckpt_path", str(Path("out/seed0/checkpoints/last.ckpt"))]
+    assert "--ckpt_path" not in commands[1]
+    assert [run["resumed"] for run in summary["runs"][:2]] == [True, False]
+    assert summary["runs"][2]["test_acc"] == 0.8  # read, not trained
+    commands.clear()
+    for seed in (0, 1):
+        (tmp_path / "out" / f"seed{seed}" / "metrics.json").unlink()
+    seeds.run_seeds("c.yaml", [0], Path("out"), [], reuse=False)
+    assert "--ckpt_path" not in commands[0]
