@@ -1,0 +1,106 @@
+"""Whether a model's probabilities mean what they say, and the temperature that makes them.
+
+Training leaves probabilities uncalibrated (label smoothing, which the recipes use, pulls them
+towards uniform; long training pushes them to 0 and 1). Temperature scaling (Guo et al. 2017,
+"On Calibration of Modern Neural Networks") divides every logit by one number ``T`` fitted on
+held-out documents by log-likelihood. It changes no label (the largest logit stays the
+largest) and no word score, only how sure each probability says the model is.
+
+The scores: expected calibration error over 15 equal-width confidence bins (torchmetrics'
+top-label ``multiclass_calibration_error``), the Brier score (the mean over documents of the
+squared distance between the probability vector and the one-hot label) and the negative
+log-likelihood.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torchmetrics.functional.classification import multiclass_calibration_error
+
+ECE_BINS = 15
+# A temperature is fitted within these bounds: a validation split the model gets entirely right
+# has no finite best temperature (the likelihood keeps rising as T falls), and one it gets
+# entirely wrong none either.
+TEMPERATURE_RANGE = (0.05, 20.0)
+
+
+def fit_temperature(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    """The temperature ``T`` that maximises the likelihood of ``labels`` under
+    ``softmax(logits / T)``, within :data:`TEMPERATURE_RANGE`.
+
+    Args:
+        logits: ``[N, C]`` of held-out documents (never the test split).
+        labels: ``[N]`` class indices.
+    """
+    if len(logits) == 0:
+        raise ValueError("no documents to fit a temperature on")
+    logits, labels = logits.detach().double().cpu(), labels.detach().long().cpu()
+    true_logit = logits.gather(1, labels[:, None]).squeeze(1)
+
+    def slope(inverse: float) -> float:
+        """d NLL / d(1/T): the mean of E_p[logit] - true logit under softmax(logits / T)."""
+        probs = torch.softmax(logits * inverse, dim=-1)
+        return float(((probs * logits).sum(dim=1) - true_logit).mean())
+
+    # The negative log-likelihood is convex in 1/T, so its slope rises with 1/T: bisection
+    # finds where it crosses zero (or the bound it never crosses before) to float precision.
+    low, high = 1 / TEMPERATURE_RANGE[1], 1 / TEMPERATURE_RANGE[0]
+    if slope(low) >= 0:
+        return TEMPERATURE_RANGE[1]
+    if slope(high) <= 0:
+        return TEMPERATURE_RANGE[0]
+    for _ in range(100):
+        middle = (low + high) / 2
+        low, high = (middle, high) if slope(middle) < 0 else (low, middle)
+    return 1 / ((low + high) / 2)
+
+
+def scaled_probabilities(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """``softmax(logits / temperature)`` in float32 or wider."""
+    return torch.softmax(logits.float() / temperature, dim=-1)
+
+
+def calibration_scores(probs: torch.Tensor, labels: torch.Tensor) -> dict[str, Any]:
+    """ECE (15 bins), Brier score, negative log-likelihood and accuracy of ``probs [N, C]``
+    against ``labels [N]``."""
+    probs, labels = probs.detach().double().cpu(), labels.detach().long().cpu()
+    n, classes = probs.shape
+    one_hot = torch.nn.functional.one_hot(labels, classes).double()
+    picked = probs.gather(1, labels[:, None]).squeeze(1)
+    # A probability of exactly 0 for the true class would make the NLL infinite: it is floored at
+    # float64's smallest normal number, so one overconfident error reads as about 708 nats.
+    floor = torch.finfo(torch.float64).tiny
+    return {
+        "ece": round(float(multiclass_calibration_error(probs, labels, classes, ECE_BINS)), 6),
+        "brier": round(float(((probs - one_hot) ** 2).sum(dim=1).mean()), 6),
+        "nll": round(float(-picked.clamp_min(floor).log().mean()), 6),
+        "accuracy": round(float((probs.argmax(dim=1) == labels).double().mean()), 6),
+        "documents": n,
+    }
+
+
+def reliability_bins(probs: torch.Tensor, labels: torch.Tensor) -> list[dict[str, Any]]:
+    """The reliability diagram's bars: for each of :data:`ECE_BINS` equal-width bins of the
+    top probability, the documents in it, their mean top probability and their accuracy
+    (empty bins left out). The last bin holds a top probability of exactly 1."""
+    probs, labels = probs.detach().double().cpu(), labels.detach().long().cpu()
+    confidence, predicted = probs.max(dim=1)
+    correct = (predicted == labels).double()
+    index = (confidence * ECE_BINS).floor().long().clamp(max=ECE_BINS - 1)
+    bins = []
+    for b in range(ECE_BINS):
+        members = index == b
+        count = int(members.sum())
+        if count:
+            bins.append(
+                {
+                    "low": round(b / ECE_BINS, 6),
+                    "high": round((b + 1) / ECE_BINS, 6),
+                    "documents": count,
+                    "confidence": round(float(confidence[members].mean()), 6),
+                    "accuracy": round(float(correct[members].mean()), 6),
+                }
+            )
+    return bins
