@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, str] | None]] = {
         ),
     ),  # fmt: skip
     "faithfulness": ("docclass.inference.reporting", "faithfulness_command", None),
+    "calibrate": ("docclass.inference.calibration", "calibrate_command", None),
     "serve": ("docclass.inference.serve", "serve", None),
     "export": ("docclass.inference.export", "export_command", None),
     "push": ("docclass.inference.export", "push_command", None),
@@ -54,7 +55,7 @@ TRAINING_COMMANDS = {
     "predict": "write predictions of a checkpoint for a split",
 }
 # Commands that read datasets (whose progress bars would flood a log).
-READS_DATASETS = {"report", "faithfulness", *TRAINING_COMMANDS}
+READS_DATASETS = {"report", "faithfulness", "calibrate", *TRAINING_COMMANDS}
 
 
 def command_function(name: str) -> Callable[..., Any]:
@@ -83,6 +84,7 @@ def __getattr__(name: str) -> Any:
 @functools.cache
 def doc_class_cli() -> type:
     from docclass.artifacts.load import TrainedClassifier
+    from docclass.inference.calibration import calibrate, summary_line, write_calibration
     from docclass.inference.reporting import documents_from_datamodule, make_report
     from docclass.report.figures import write_run_figures
     from docclass.train.lightning_cli import TrainingCLI
@@ -99,9 +101,7 @@ def doc_class_cli() -> type:
         def after_fit(self) -> None:
             super().after_fit()
             tested = self.config.fit.get("test_after_fit") and not self.trainer.interrupted
-            if not (
-                tested and self.config.fit.get("report_after_fit") and self.trainer.is_global_zero
-            ):
+            if not (tested and self.trainer.is_global_zero):
                 return
             run_dir = Path(self.trainer.default_root_dir)
             classifier = TrainedClassifier(
@@ -110,17 +110,35 @@ def doc_class_cli() -> type:
                 label_names=list(self.datamodule.label_names),
                 max_tokens=self.datamodule.max_tokens,
             )
+            device = str(self.model.device)
+            self._calibrate(classifier, run_dir, device)
+            if not self.config.fit.get("report_after_fit"):
+                return
             summary = make_report(
                 classifier,
                 documents_from_datamodule(self.datamodule, "test"),
                 run_dir / "report",
                 run_dir=run_dir,
                 title=f"docclass report · {run_dir.name}",
-                device=str(self.model.device),
+                device=device,
                 max_documents=self.config.fit.get("report_max_documents"),
                 faithfulness_documents=self.config.fit.get("report_faithfulness_documents"),
             )
             print(f"report: {summary['documents']} documents → {summary['index']}")
+
+        def _calibrate(self, classifier, run_dir: Path, device: str) -> None:
+            """The tested weights' temperature, fitted on the validation split."""
+            splits = getattr(self.datamodule, "splits", None) or {}
+            if not (splits.get("val") and splits.get("test")):
+                print("calibration: no validation or test split held in memory; skipped")
+                return
+            facts = calibrate(
+                classifier,
+                documents_from_datamodule(self.datamodule, "val"),
+                documents_from_datamodule(self.datamodule, "test"),
+                device,
+            )
+            print(f"calibration: {summary_line(facts)} → {write_calibration(run_dir, facts)}")
 
     return DocClassCLI
 

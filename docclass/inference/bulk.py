@@ -27,6 +27,7 @@ def classify_command(
     strict: bool = False,
     progress: bool | None = None,
     method: WordScoreMethod | None = None,
+    calibrated: bool = True,
     engine: Literal["local", "ray"] = "local",
     address: str | None = None,
     workers: PositiveInt | None = None,
@@ -52,6 +53,9 @@ def classify_command(
         progress: progress bar on stderr (default: when stderr is a terminal).
         method: the word-score method of --top_words (default: the one the model's own
             faithfulness measurements trust most).
+        calibrated: probabilities divided by the temperature fitted on the validation split
+            ('docclass calibrate', which 'docclass fit' runs); false: the raw softmax. The
+            label is the same either way.
         engine: local (this process) or ray: Ray Data actors, one model each, writing
             Parquet parts into the --out folder; run the same command again to resume.
         address: with --engine ray, the Ray cluster to join (default: start a local Ray).
@@ -67,7 +71,7 @@ def classify_command(
 
         counts = classify_on_ray(
             ckpt, inputs, out or "", text_column, top_words, batch_size, device, method,
-            address, workers, cpus_per_worker, num_gpus, shard_documents, progress,
+            address, workers, cpus_per_worker, num_gpus, shard_documents, progress, calibrated,
         )  # fmt: skip
         print(
             f"{out}: {counts['shards']} part files ({counts['shards_skipped']} found written, "
@@ -76,8 +80,9 @@ def classify_command(
         )
     else:
         counts = run_classify(
-            ckpt, inputs, out, text_column, top_words, batch_size, device, progress, method
-        )
+            ckpt, inputs, out, text_column, top_words, batch_size, device, progress, method,
+            calibrated,
+        )  # fmt: skip
     print(
         f"classified {counts['documents'] - counts['errors']} of {counts['documents']} documents"
         f" ({counts['errors']} errors, {counts['warnings']} warnings, "

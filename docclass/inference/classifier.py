@@ -23,8 +23,9 @@ import numpy as np
 import torch
 
 from docclass.artifacts.load import TrainedClassifier, load_classifier
+from docclass.calibration import scaled_probabilities
 from docclass.errors import ConfigError
-from docclass.inference.model_facts import model_default_method
+from docclass.inference.model_facts import model_calibration, model_default_method
 from docclass.interpret.default_method import UNMEASURED_DEFAULT, DefaultMethod
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.inputs import DocumentInput, batched, encode_documents, forward_batches
@@ -140,6 +141,7 @@ def classify_texts(
     word_scores: bool = False,
     method: str = UNMEASURED_DEFAULT,
     batch_tokens: int | None = None,
+    temperature: float = 1.0,
 ) -> list[dict[str, Any]]:
     """Classify ``texts``; one result per text, in order.
 
@@ -155,6 +157,8 @@ def classify_texts(
         word_scores: also return every word the model read (``words``, character ``spans``)
             with its ``method`` score (``scores``, summed over the word's pieces).
         method: the word-score method (:data:`API_METHODS`), named in each result.
+        temperature: every logit is divided by it before the softmax (1: the raw
+            probabilities); labels and word scores do not depend on it.
 
     Returns:
         ``{label, score, probs, truncated[, method, top_words][, words, spans, scores]}`` per
@@ -171,7 +175,7 @@ def classify_texts(
     scored = method if wants_words else None
     batches = _scored_batches(model, documents, batch_size, device, scored, batch_tokens)
     for indices, logits, scores in batches:
-        probs = torch.softmax(logits.float(), dim=-1).cpu().numpy()
+        probs = scaled_probabilities(logits, temperature).cpu().numpy()
         token_scores = scores.double().cpu().numpy() if wants_words else None
         for row, i in enumerate(indices):
             result = _result(probs[row], classifier.label_names, documents[i])
@@ -192,6 +196,9 @@ class DocClassifier:
     Args:
         trained: the checkpoint's network, tokenizer, labels and token limit.
         device: ``auto`` (CUDA when available), ``cpu``, ``cuda``, ``cuda:1``, …
+        default: the word-score method to explain with (by default the folder's recorded one).
+        calibration: the temperature and its figures, measured on these weights (by default
+            the folder's recorded one); None: the probabilities stay raw.
     """
 
     def __init__(
@@ -199,11 +206,15 @@ class DocClassifier:
         trained: TrainedClassifier,
         device: str = "auto",
         default: DefaultMethod | None = None,
+        calibration: dict[str, Any] | None = None,
     ) -> None:
         self.trained = trained
         self.device = resolve_device(device)
         self.trained.model.to(self.device).eval()
         self.default = default or model_default_method(
+            "", trained.folder_config, lambda: trained.fingerprint
+        )
+        self.calibration = calibration or model_calibration(
             "", trained.folder_config, lambda: trained.fingerprint
         )
 
@@ -215,7 +226,19 @@ class DocClassifier:
         most (:attr:`default_method`)."""
         trained = load_classifier(path)
         default = model_default_method(path, trained.folder_config, lambda: trained.fingerprint)
-        return cls(trained, device, default)
+        calibration = model_calibration(path, trained.folder_config, lambda: trained.fingerprint)
+        return cls(trained, device, default, calibration)
+
+    @property
+    def temperature(self) -> float:
+        """What ``predict`` divides the logits by: the temperature fitted on the validation
+        split for these weights (``docclass calibrate``, run by ``docclass fit``), or 1 when
+        none was (:attr:`calibrated` is then False)."""
+        return float(self.calibration["temperature"]) if self.calibration else 1.0
+
+    @property
+    def calibrated(self) -> bool:
+        return self.calibration is not None
 
     @property
     def default_method(self) -> str:
@@ -245,6 +268,7 @@ class DocClassifier:
         word_scores: bool = False,
         method: str | None = None,
         batch_tokens: int | None = None,
+        calibrated: bool = True,
     ) -> list[dict[str, Any]]:
         """``[{label, score, probs, truncated[, method, top_words][, words, spans, scores]}]``.
 
@@ -255,6 +279,8 @@ class DocClassifier:
         result names it.
         A forward pass holds at most ``batch_size`` documents and ``batch_tokens`` padded
         tokens (default: 2,048 on the CPU, no limit on a GPU; 0: no limit).
+        ``score`` and ``probs`` are calibrated (:attr:`temperature`) unless ``calibrated`` is
+        False, which gives the raw softmax; the label is the same either way.
         """
         if isinstance(texts, str):
             texts = [texts]
@@ -267,6 +293,7 @@ class DocClassifier:
             word_scores,
             method or self.default_method,
             batch_tokens,
+            self.temperature if calibrated else 1.0,
         )
 
     def explain(self, text: str, all_classes: bool = False) -> dict[str, Any]:

@@ -240,14 +240,20 @@ def classify_documents(
     top_words: int = 0,
     chunk: int = CHUNK_DOCUMENTS,
     method: str | None = None,
+    calibrated: bool = True,
 ) -> Iterator[dict[str, Any]]:
-    """One output row per input document, in order, ``chunk`` documents in memory at a time."""
+    """One output row per input document, in order, ``chunk`` documents in memory at a time
+    (probabilities calibrated unless ``calibrated`` is False: :meth:`DocClassifier.predict`)."""
     pending: list[InputDocument] = []
 
     def flush() -> Iterator[dict[str, Any]]:
         texts = [d.text for d in pending if d.error is None and d.text and d.text.strip()]
         results = (
-            iter(classifier.predict(texts, batch_size, top_words, method=method))
+            iter(
+                classifier.predict(
+                    texts, batch_size, top_words, method=method, calibrated=calibrated
+                )
+            )
             if texts
             else iter(())
         )
@@ -309,6 +315,7 @@ def run_classify(
     device: str = "auto",
     progress: bool | None = None,
     method: str | None = None,
+    calibrated: bool = True,
 ) -> dict[str, int]:
     """What ``docclass classify`` runs. Returns counts: documents, errors, warnings, truncated."""
     from tqdm import tqdm
@@ -324,7 +331,9 @@ def run_classify(
     try:
         writer = RowWriter(handle, kind, classifier.labels)
         documents = read_inputs(inputs, text_column)
-        rows = classify_documents(classifier, documents, batch_size, top_words, method=method)
+        rows = classify_documents(
+            classifier, documents, batch_size, top_words, method=method, calibrated=calibrated
+        )
         for row in tqdm(rows, desc="classifying", unit="doc", disable=not show, file=sys.stderr):
             writer.write(row)
             counts["documents"] += 1

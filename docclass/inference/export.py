@@ -19,6 +19,7 @@ from docclass.artifacts.load import TrainedClassifier, load_classifier
 from docclass.artifacts.locate import HUB_FILES
 from docclass.errors import CheckpointError, ConfigError, one_line
 from docclass.inference.model_facts import (
+    CALIBRATION_FILE,
     choose_default,
     faithfulness_tables,
     measured_on,
@@ -66,6 +67,10 @@ def run_facts(run_dir: Path | None, fingerprint: str) -> dict[str, Any]:
     if model_settings.get("encoder"):
         facts["started_from"] = model_settings["encoder"]
     facts["faithfulness"] = faithfulness_tables(run_dir / "report", fingerprint)
+    calibration = measured_on(read_json(run_dir / CALIBRATION_FILE), fingerprint)
+    if calibration:
+        # The folder's own weights are the ones measured: the fingerprint is not copied.
+        facts["calibration"] = {k: v for k, v in calibration.items() if k != "weights"}
     return facts
 
 
@@ -114,6 +119,7 @@ def export_model(
             "test",
             "unmeasured",
             "language",
+            "calibration",
         )
         if facts.get(key) is not None
     }

@@ -44,6 +44,40 @@ def measured_on(content: dict[str, Any] | None, fingerprint: str) -> dict[str, A
     return content if content and content.get("weights") == fingerprint else None
 
 
+CALIBRATION_FILE = "calibration.json"
+
+
+def model_calibration(
+    path: str | Path, folder_config: dict[str, Any], fingerprint: Callable[[], str]
+) -> dict[str, Any] | None:
+    """The calibration measured on these weights (``temperature`` and its figures): a model
+    folder's recorded one, else its run's ``calibration.json`` when that names these weights
+    (``fingerprint()``, only computed when there is a run to ask); None when uncalibrated."""
+    recorded = folder_config.get("calibration")
+    if recorded is not None:
+        return _checked_calibration(recorded, Path(path) / "config.json")
+    run_dir = run_dir_of(path)
+    if run_dir is None:
+        return None
+    measured = measured_on(read_json(run_dir / CALIBRATION_FILE), fingerprint())
+    return _checked_calibration(measured, run_dir / CALIBRATION_FILE) if measured else None
+
+
+def _checked_calibration(facts: Any, where: Path) -> dict[str, Any]:
+    temperature = facts.get("temperature") if isinstance(facts, dict) else None
+    # A bool is an int to Python; a temperature of true is a broken file, not 1.
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not (0 < temperature < float("inf"))
+    ):
+        raise CheckpointError(
+            f"{where}: calibration temperature {temperature!r} is not a positive number; "
+            "calibrate again with 'docclass calibrate'"
+        )
+    return facts
+
+
 def report_table(report_dir: Path, fingerprint: str) -> dict[str, Any] | None:
     """The report's own faithfulness table (``{removal, documents, sample, methods}``), when
     the report was made with these weights."""

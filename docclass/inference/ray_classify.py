@@ -403,6 +403,8 @@ class ShardClassifier:
         method: str | None,
         digest: str,
         weights: str,
+        calibrated: bool = True,
+        temperature: float = 1.0,
     ) -> None:
         import torch
 
@@ -419,6 +421,12 @@ class ShardClassifier:
                 f"{ckpt}: not the weights the run was planned with (the file changed, or names "
                 "another model on this node); start a new --out"
             )
+        if (self.classifier.temperature if calibrated else 1.0) != temperature:
+            raise ChangedInputError(
+                f"{ckpt}: its calibration temperature changed since the run was planned "
+                "(calibrated again); rows of one run must share it: start a new --out"
+            )
+        self.calibrated = calibrated
         self.out, self.digest = Path(out), digest
         self.text_column, self.batch_size = text_column, batch_size
         self.top_words, self.method = top_words, method
@@ -433,6 +441,7 @@ class ShardClassifier:
                 self.batch_size,
                 self.top_words,
                 method=self.method,
+                calibrated=self.calibrated,
             )
             try:
                 write_part(self.out, int(index), rows, self.classifier.labels, self.digest)
@@ -531,6 +540,7 @@ def classify_on_ray(
     num_gpus: float = 0,
     shard_documents: int = SHARD_DOCUMENTS,
     progress: bool | None = None,
+    calibrated: bool = True,
 ) -> dict[str, Any]:
     """Classify on Ray Data into ``out/part-*.parquet``; run it again to resume.
 
@@ -549,7 +559,7 @@ def classify_on_ray(
             "0.5 for two workers a GPU); without it workers run on CPUs"
         )
     out_dir = Path(out)
-    settings = _model_settings(ckpt, top_words, method, batch_size)
+    settings = _model_settings(ckpt, top_words, method, batch_size, calibrated)
     settings["device"] = device if num_gpus else "cpu"  # one run's rows come from one device
     plan = build_plan(inputs, text_column, settings, shard_documents)
     with _only_run(out_dir):
@@ -559,6 +569,7 @@ def classify_on_ray(
             "device": settings["device"], "threads": cpus_per_worker,
             "text_column": text_column, "batch_size": batch_size, "top_words": top_words,
             "method": method, "digest": plan_hash(plan), "weights": settings["weights"],
+            "calibrated": calibrated, "temperature": settings["temperature"],
         }  # fmt: skip
         peaks: dict[str, float] = {}
         if todo:
@@ -610,7 +621,7 @@ def _only_run(out: Path) -> Iterator[None]:
 
 
 def _model_settings(
-    ckpt: str, top_words: int, method: str | None, batch_size: int
+    ckpt: str, top_words: int, method: str | None, batch_size: int, calibrated: bool = True
 ) -> dict[str, Any]:
     """What the plan records of the model. Loaded once here, so that a bad checkpoint is one
     line before Ray starts, and so that a resumed run must use the same weights."""
@@ -625,6 +636,8 @@ def _model_settings(
         "top_words": top_words,
         "method": (method or classifier.default_method) if top_words else None,
         "batch_size": batch_size,
+        # A resumed run's rows must share the first part's probabilities: 1 means raw.
+        "temperature": classifier.temperature if calibrated else 1.0,
     }
 
 

@@ -31,6 +31,7 @@ ends them if the server process is killed outright (SIGKILL).
 # No ``from __future__ import annotations`` here: LitServe reads ``decode_request``'s annotation
 # at run time to build the endpoint, and a string would make FastAPI expect a query parameter.
 import ctypes
+import functools
 import gc
 import logging
 import multiprocessing
@@ -88,6 +89,8 @@ class PredictRequest(BaseModel):
     word_scores: StrictBool = True
     method: WordScoreMethod | None = None  # None: the model's default (most faithful) method
     top_words: int = Field(default=0, ge=0, le=MAX_TOP_WORDS, strict=True)
+    # False: the raw softmax instead of the probabilities calibrated on the validation split.
+    calibrated: StrictBool = True
 
 
 class ClassifierAPI(litserve.LitAPI):
@@ -141,12 +144,12 @@ class ClassifierAPI(litserve.LitAPI):
         batch = [requests] if single else requests
         answers: list[Any] = [None] * len(batch)
         default = self.classifier.default_method
-        by_method: dict[str, list[int]] = {}
+        by_call: dict[tuple[str, bool], list[int]] = {}
         for position, request in enumerate(batch):
-            by_method.setdefault(request.method or default, []).append(position)
-        # One model call per method asked for; options differ per request, so compute the most
-        # any request asked for and trim per request below.
-        for method, positions in by_method.items():
+            by_call.setdefault((request.method or default, request.calibrated), []).append(position)
+        # One model call per method and calibration asked for; other options differ per
+        # request, so compute the most any request asked for and trim per request below.
+        for (method, calibrated), positions in by_call.items():
             group = [batch[p] for p in positions]
             results = self.classifier.predict(
                 [text for request in group for text in request.texts],
@@ -154,6 +157,7 @@ class ClassifierAPI(litserve.LitAPI):
                 top_words=max(request.top_words for request in group),
                 word_scores=any(request.word_scores for request in group),
                 method=method,
+                calibrated=calibrated,
             )
             start = 0
             for position, request in zip(positions, group, strict=True):
@@ -394,15 +398,15 @@ def _read_model(ckpt: str) -> tuple[str, dict[str, Any]]:
     from docclass.artifacts.folder import read_folder_config
     from docclass.artifacts.load import checkpoint_fingerprint, read_artifact
     from docclass.artifacts.locate import resolve_model
-    from docclass.inference.model_facts import model_default_method
+    from docclass.inference.model_facts import model_calibration, model_default_method
 
     local = resolve_model(ckpt)
     artifact = read_artifact(local)
-    default = model_default_method(
-        local,
-        read_folder_config(local) if local.is_dir() else {},
-        lambda: checkpoint_fingerprint(local),
-    )
+    folder_config = read_folder_config(local) if local.is_dir() else {}
+    # Loaded at most once, and only when there is a run folder to ask.
+    fingerprint = functools.cache(lambda: checkpoint_fingerprint(local))
+    default = model_default_method(local, folder_config, fingerprint)
+    calibration = model_calibration(local, folder_config, fingerprint)
     facts = {
         "checkpoint": str(ckpt),
         "labels": list(artifact["label_names"]),
@@ -410,6 +414,8 @@ def _read_model(ckpt: str) -> tuple[str, dict[str, Any]]:
         "max_texts_per_request": MAX_TEXTS_PER_REQUEST,
         "default_method": default.method,
         "default_method_reason": default.reason,
+        # What /predict divides the logits by unless a request asks for the raw softmax.
+        "temperature": calibration["temperature"] if calibration else None,
     }
     return str(local), facts
 

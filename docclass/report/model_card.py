@@ -65,6 +65,27 @@ def _front_matter(facts: dict[str, Any]) -> list[str]:
     return [*lines, "---", ""]
 
 
+def _calibration_section(facts: dict[str, Any]) -> list[str]:
+    calibration = facts.get("calibration")
+    lines = ["## How sure", ""]
+    if not calibration:
+        return [*lines, "Not calibrated: the probabilities are the raw softmax of the logits.", ""]
+    lines.append(
+        f"The probabilities are calibrated: every logit is divided by a temperature of "
+        f"{calibration['temperature']:.3f}, fitted on the validation split by likelihood "
+        "(`calibrated=False` in `predict` gives the raw ones; no label changes)."
+    )
+    rows = [(split, calibration[split]) for split in ("validation", "test") if split in calibration]
+    lines += ["", "| split | ECE (15 bins) | Brier | NLL |", "|---|---|---|---|"]
+    lines += [
+        f"| {split} | {figures['before']['ece']:.3f} → {figures['after']['ece']:.3f} | "
+        f"{figures['before']['brier']:.3f} → {figures['after']['brier']:.3f} | "
+        f"{figures['before']['nll']:.3f} → {figures['after']['nll']:.3f} |"
+        for split, figures in rows
+    ]
+    return [*lines, ""]
+
+
 def _scores_section(facts: dict[str, Any]) -> list[str]:
     test, spread = facts.get("test") or {}, facts.get("spread")
     if "accuracy" not in test:
@@ -185,7 +206,8 @@ def _split_sentence(split: dict[str, Any]) -> str:
 
 def model_card(facts: dict[str, Any]) -> str:
     """``README.md`` text for a model folder. ``facts``: name, labels, max_tokens, started_from,
-    data, test, spread, faithfulness (removal → table), default_method, license, language,
+    data, test, spread, calibration, faithfulness (removal → table), default_method, license,
+    language,
     datasets, parameters, docclass_version."""
     labels = ", ".join(f"`{_cell(name)}`" for name in facts["labels"])
     origin = facts.get("started_from")
@@ -220,5 +242,6 @@ def model_card(facts: dict[str, Any]) -> str:
     else:
         lines.append("Not recorded.")
     lines.append("")
-    lines += _scores_section(facts) + _faithfulness_section(facts) + _limits_section(facts)
+    lines += _scores_section(facts) + _calibration_section(facts)
+    lines += _faithfulness_section(facts) + _limits_section(facts)
     return "\n".join(lines).rstrip() + "\n"

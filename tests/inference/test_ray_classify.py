@@ -25,6 +25,7 @@ import pytest
 import torch
 from helpers import write_every_input_kind
 
+from docclass import DocClassifier
 from docclass.cli import main
 from docclass.errors import ConfigError
 from docclass.inference.classify import read_inputs
@@ -181,15 +182,24 @@ def test_a_file_changed_after_planning_is_never_classified(tmp_path, ckpt, worke
     with pytest.raises(ChangedInputError, match="not the file the run was planned on"):
         list(read_shard(plan["shards"][0], "text"))
     weights = docclass_weights(ckpt)
+    temperature = DocClassifier.load(ckpt, "cpu").temperature
     worker = ShardClassifier(
-        str(ckpt), str(out), os.getcwd(), "cpu", 1, "text", 8, 0, None, plan_hash(plan), weights
-    )
+        str(ckpt), str(out), os.getcwd(), "cpu", 1, "text", 8, 0, None, plan_hash(plan), weights,
+        True, temperature,
+    )  # fmt: skip
     summary = worker({"index": [0], "shard": [json.dumps(plan["shards"][0])]})
     assert "a.txt: not the file" in summary["failed"][0]
     assert not list(out.glob("*part-000000*"))  # neither the part nor its temporary file
     # A worker whose checkpoint path holds other weights refuses to start.
     with pytest.raises(ChangedInputError, match="not the weights the run was planned with"):
         ShardClassifier(str(ckpt), str(out), os.getcwd(), "cpu", 1, "text", 8, 0, None, "h", "w")
+    # One whose checkpoint was calibrated again since the plan refuses too: its rows would
+    # carry other probabilities than the parts already written.
+    with pytest.raises(ChangedInputError, match="calibration temperature changed"):
+        ShardClassifier(
+            str(ckpt), str(out), os.getcwd(), "cpu", 1, "text", 8, 0, None, "h", weights,
+            True, temperature * 2,
+        )  # fmt: skip
     # The same command now plans other bytes: refused rather than mixed with the first plan.
     with pytest.raises(ConfigError, match="'shards' differs from its _plan.json"):
         open_run_folder(out, build_plan([str(document)], "text", {"weights": "w"}))

@@ -71,6 +71,7 @@ def test_health_and_info(server, local):
     assert info["model"]["default_method"] == local.default_method
     assert info["model"]["default_method_reason"] == local.default_reason
     assert info["model"]["max_tokens"] == MAX_TOKENS  # the server's cap, not the model's 64
+    assert info["model"]["temperature"] == local.temperature != 1  # fitted after `fit`
 
 
 def test_predict_round_trip_equals_python_api(server, local):
@@ -169,6 +170,18 @@ def test_a_batch_of_requests_is_answered_request_by_request(local):
                     [w["score"] for w in top_b], abs=1e-4
                 )
     assert api.encode_response(answers[0]) == {"results": answers[0]}
+
+
+def test_calibrated_and_raw_requests_in_one_batch_each_get_theirs(local):
+    api = ClassifierAPI("unused.ckpt")
+    api.classifier = local
+    requests = [PredictRequest(texts=TEXTS[:2]), PredictRequest(texts=TEXTS[:2], calibrated=False)]
+    calibrated, raw = api.predict(requests)
+    for answer, wanted in ((calibrated, local.predict(TEXTS[:2])),
+                           (raw, local.predict(TEXTS[:2], calibrated=False))):  # fmt: skip
+        for a, b in zip(answer, wanted, strict=True):
+            assert_same_result(a, b)
+    assert calibrated[0]["probs"] != pytest.approx(raw[0]["probs"], abs=1e-3)
 
 
 @pytest.mark.fault(

@@ -1,0 +1,171 @@
+"""``docclass calibrate``: the temperature of a trained model, fitted on its validation split, and
+how well calibrated its probabilities are before and after, on validation and test.
+
+``docclass fit`` does this after testing. The figures go to ``<run>/calibration.json``, which
+names the weights they were measured on (a run keeps several checkpoints): ``DocClassifier``,
+``classify`` and ``serve`` divide the logits of those weights by the temperature, and ``docclass
+export`` carries it into the model folder's ``config.json``. The temperature is fitted on
+validation only; the test split is scored with it, never fitted on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from docclass.artifacts.load import TrainedClassifier, load_classifier
+from docclass.calibration import (
+    ECE_BINS,
+    calibration_scores,
+    fit_temperature,
+    reliability_bins,
+    scaled_probabilities,
+)
+from docclass.errors import CheckpointError, DataError
+from docclass.inference.model_facts import CALIBRATION_FILE, run_dir_of
+from docclass.inference.reporting import CONFIG_SUFFIXES, Documents, documents_from_datamodule
+from docclass.interpret.inputs import encode_documents, forward_batches
+from docclass.train.lightning_cli import datamodule_from_config
+
+log = logging.getLogger(__name__)
+
+
+def labelled_logits(
+    classifier: TrainedClassifier, documents: Documents, device: str = "cpu", batch_size: int = 64
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logits [N, C], label indices [N])`` of the documents with a label and a token.
+
+    A label the model does not know is an error, never mapped to another class."""
+    known = {name: i for i, name in enumerate(classifier.label_names)}
+    unknown = sorted({label for label in documents.labels if label and label not in known})
+    if unknown:
+        raise DataError(
+            f"{documents.description}: labels {unknown[:5]} are not among the model's "
+            f"({', '.join(classifier.label_names)}); calibrate on the data it was trained on"
+        )
+    model = classifier.model.to(device).eval()
+    encoded = encode_documents(classifier.tokenizer, documents.texts, classifier.max_tokens)
+    rows: dict[int, torch.Tensor] = {}
+    for indices, out in forward_batches(model, encoded, batch_size, device):
+        for row, i in enumerate(indices):
+            rows[i] = out.logits[row].float().cpu()
+    labelled = [i for i in sorted(rows) if documents.labels[i]]
+    if not labelled:
+        return torch.zeros(0, len(known)), torch.zeros(0, dtype=torch.long)
+    logits = torch.stack([rows[i] for i in labelled])
+    labels = torch.tensor([known[documents.labels[i]] for i in labelled], dtype=torch.long)
+    return logits, labels
+
+
+def _before_and_after(
+    logits: torch.Tensor, labels: torch.Tensor, temperature: float
+) -> dict[str, Any]:
+    raw, scaled = scaled_probabilities(logits), scaled_probabilities(logits, temperature)
+    return {
+        "before": calibration_scores(raw, labels),
+        "after": calibration_scores(scaled, labels),
+        "reliability": {
+            "before": reliability_bins(raw, labels),
+            "after": reliability_bins(scaled, labels),
+        },
+    }
+
+
+def calibrate(
+    classifier: TrainedClassifier,
+    validation: Documents,
+    test: Documents | None = None,
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """The temperature fitted on ``validation`` and the scores before and after it on both
+    splits (with each split's reliability bins), for the weights they name."""
+    logits, labels = labelled_logits(classifier, validation, device)
+    if not len(labels):
+        raise DataError(f"{validation.description}: no labelled document to fit a temperature on")
+    temperature = fit_temperature(logits, labels)
+    facts: dict[str, Any] = {
+        "weights": classifier.fingerprint,
+        "temperature": round(temperature, 6),
+        "fitted_on": validation.description,
+        "ece_bins": ECE_BINS,
+        "validation": _before_and_after(logits, labels, temperature),
+    }
+    if test is not None:
+        test_logits, test_labels = labelled_logits(classifier, test, device)
+        if len(test_labels):
+            facts["test"] = _before_and_after(test_logits, test_labels, temperature)
+            facts["test"]["split"] = test.description
+    return facts
+
+
+def write_calibration(run_dir: Path, facts: dict[str, Any]) -> Path:
+    """``<run>/calibration.json``, and the before/after scores into ``metrics.json`` when it
+    holds the test scores of the same weights."""
+    path = run_dir / CALIBRATION_FILE
+    path.write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
+    metrics_path = run_dir / "metrics.json"
+    if metrics_path.is_file():
+        metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
+        if (metrics.get("test") or {}).get("weights") == facts["weights"]:
+            metrics["calibration"] = {
+                "temperature": facts["temperature"],
+                **{
+                    split: {"before": facts[split]["before"], "after": facts[split]["after"]}
+                    for split in ("validation", "test")
+                    if split in facts
+                },
+            }
+            metrics_path.write_text(json.dumps(metrics, indent=2, default=str), encoding="utf-8")
+    return path
+
+
+def summary_line(facts: dict[str, Any]) -> str:
+    """``temperature 0.62: ECE on test 0.041 → 0.012`` (validation when there is no test)."""
+    split = "test" if "test" in facts else "validation"
+    before, after = facts[split]["before"]["ece"], facts[split]["after"]["ece"]
+    return f"temperature {facts['temperature']:.3f}: ECE on {split} {before:.3f} → {after:.3f}"
+
+
+def calibrate_command(
+    ckpt: str,
+    data: str,
+    split: str = "val",
+    test_split: str | None = "test",
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """Fit a checkpoint's temperature on its validation split and write calibration.json into
+    its run folder (docclass fit does this after testing).
+
+    Args:
+        ckpt: checkpoint written by 'docclass fit' (in <run>/checkpoints/).
+        data: the run's YAML config: its splits exactly as in training.
+        split: the split the temperature is fitted on; never the test split.
+        test_split: a split scored before and after (null: none).
+        device: cpu, cuda, ...
+    """
+    if split == test_split:
+        raise DataError(
+            f"--split {split}: the temperature is never fitted on the split it is scored on"
+        )
+    run_dir = run_dir_of(ckpt)
+    if run_dir is None:
+        raise CheckpointError(
+            f"{ckpt}: not a checkpoint in a training run's checkpoints/ folder; calibrate the "
+            "run's checkpoint (an exported folder carries the temperature it was exported with)"
+        )
+    if Path(data).suffix.lower() not in CONFIG_SUFFIXES:
+        # A bare source may lack the split, and reading another in its place (its training
+        # documents, say) would fit a temperature the model is sure of for the wrong reason.
+        raise DataError(f"--data {data}: give the run's YAML config, which fixes its splits")
+    classifier = load_classifier(ckpt)
+    datamodule = datamodule_from_config(data, ["--data.tokenizer_from", str(ckpt)])
+    validation = documents_from_datamodule(datamodule, split)
+    test = documents_from_datamodule(datamodule, test_split) if test_split else None
+    facts = calibrate(classifier, validation, test, device)
+    path = write_calibration(run_dir, facts)
+    print(f"{summary_line(facts)} → {path}")
+    return facts

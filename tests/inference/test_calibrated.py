@@ -1,0 +1,173 @@
+"""Calibration of a trained run: fitted on validation after ``docclass fit``, named by the weights
+it belongs to, and applied by the API, ``classify``, the server and an exported folder."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from helpers import CONFIGS
+
+from docclass import DocClassifier
+from docclass.artifacts.load import checkpoint_fingerprint
+from docclass.cli import main
+from docclass.errors import CheckpointError, DataError
+from docclass.inference.calibration import calibrate, labelled_logits
+from docclass.inference.reporting import Documents, load_documents
+from docclass.interpret.inputs import encode_documents
+
+TEXTS = [
+    "Shares in the bank rose after it reported record quarterly profits.",
+    "The striker scored twice as the home side won the cup final.",
+    "Ministers will publish the bill next week, the prime minister said.",
+]
+
+
+@pytest.fixture(scope="module")
+def ckpt(fitted):
+    return fitted / "checkpoints" / "last.ckpt"
+
+
+@pytest.fixture(scope="module")
+def calibration(fitted):
+    return json.loads((fitted / "calibration.json").read_text())
+
+
+def raw_logits(classifier: DocClassifier, texts: list[str]) -> torch.Tensor:
+    """The model's logits computed here, outside ``predict``."""
+    trained = classifier.trained
+    documents = encode_documents(trained.tokenizer, texts, trained.max_tokens)
+    rows = [torch.tensor(d.token_ids) for d in documents]
+    logits = []
+    with torch.no_grad():
+        for row in rows:
+            logits.append(
+                trained.model(row[None], torch.ones(1, len(row), dtype=torch.bool)).logits[0]
+            )
+    return torch.stack(logits).double()
+
+
+def test_fit_writes_the_tested_weights_temperature_and_its_figures(fitted, ckpt, calibration):
+    metrics = json.loads((fitted / "metrics.json").read_text())
+    assert calibration["weights"] == checkpoint_fingerprint(ckpt) == metrics["test"]["weights"]
+    assert metrics["calibration"]["temperature"] == calibration["temperature"] > 0
+    assert "val split" in calibration["fitted_on"]
+    assert calibration["test"]["after"]["documents"] == metrics["test"]["n_documents"]
+    for split in ("validation", "test"):
+        before, after = calibration[split]["before"], calibration[split]["after"]
+        assert before["accuracy"] == after["accuracy"]  # no label changes
+        assert metrics["calibration"][split]["after"] == after
+    # Fitted on validation by likelihood: no other temperature does better there.
+    assert calibration["validation"]["after"]["nll"] <= calibration["validation"]["before"]["nll"]
+
+
+def test_the_temperature_is_the_validation_likelihoods_best(fitted, ckpt, calibration):
+    """Validation NLL recomputed here from the model's logits: lowest at the stored T."""
+    classifier = DocClassifier.load(ckpt, "cpu")
+    validation = load_documents(str(CONFIGS / "tiny.yaml"), str(ckpt), "val")
+    logits, labels = labelled_logits(classifier.trained, validation)
+    temperature = calibration["temperature"]
+
+    def nll(t: float) -> float:
+        return torch.nn.functional.cross_entropy(logits.double() / t, labels).item()
+
+    assert nll(temperature) == pytest.approx(calibration["validation"]["after"]["nll"], abs=1e-5)
+    assert nll(temperature) < min(nll(temperature * 1.05), nll(temperature / 1.05))
+
+
+def test_predict_divides_the_logits_by_the_temperature_and_keeps_the_raw_ones(ckpt, calibration):
+    classifier = DocClassifier.load(ckpt, "cpu")
+    assert classifier.calibrated and classifier.temperature == calibration["temperature"] != 1
+    logits = raw_logits(classifier, TEXTS)
+    calibrated = classifier.predict(TEXTS)
+    raw = classifier.predict(TEXTS, calibrated=False)
+    for row, (scaled, plain) in enumerate(zip(calibrated, raw, strict=True)):
+        expected = torch.softmax(logits[row] / classifier.temperature, -1)
+        unscaled = torch.softmax(logits[row], -1)
+        assert [scaled["probs"][n] for n in classifier.labels] == pytest.approx(
+            expected.tolist(), abs=2e-6
+        )
+        assert [plain["probs"][n] for n in classifier.labels] == pytest.approx(
+            unscaled.tolist(), abs=2e-6
+        )
+        assert scaled["label"] == plain["label"]
+
+
+def test_other_weights_of_the_run_are_not_given_its_temperature(fitted, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(fitted / "checkpoints", run / "checkpoints")
+    facts = json.loads((fitted / "calibration.json").read_text())
+    (run / "calibration.json").write_text(json.dumps({**facts, "weights": "someone else's"}))
+    classifier = DocClassifier.load(run / "checkpoints" / "last.ckpt", "cpu")
+    assert not classifier.calibrated and classifier.temperature == 1.0
+
+
+@pytest.mark.parametrize("temperature", [True, -1.0, 0, "2", None])
+def test_a_broken_temperature_is_one_line_naming_the_file(fitted, tmp_path, temperature):
+    run = tmp_path / "run"
+    shutil.copytree(fitted / "checkpoints", run / "checkpoints")
+    facts = json.loads((fitted / "calibration.json").read_text())
+    (run / "calibration.json").write_text(json.dumps({**facts, "temperature": temperature}))
+    with pytest.raises(CheckpointError, match=r"calibration.json: calibration temperature"):
+        DocClassifier.load(run / "checkpoints" / "last.ckpt", "cpu")
+
+
+def test_classify_writes_calibrated_probabilities_unless_told_not_to(ckpt, tmp_path):
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
+    for flag, name in (("true", "calibrated"), ("false", "raw")):
+        out = str(tmp_path / f"{name}.jsonl")
+        main(["classify", str(inputs), "--ckpt", str(ckpt), "--out", out,
+              "--calibrated", flag, "--device", "cpu"])  # fmt: skip
+    classifier = DocClassifier.load(ckpt, "cpu")
+    read = {
+        name: [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+        for name in ("calibrated", "raw")
+    }
+    assert [r["probs"] for r in read["calibrated"]] == [
+        r["probs"] for r in classifier.predict(TEXTS)
+    ]
+    assert [r["probs"] for r in read["raw"]] == [
+        r["probs"] for r in classifier.predict(TEXTS, calibrated=False)
+    ]
+    assert read["calibrated"][0]["probs"] != read["raw"][0]["probs"]
+
+
+def test_an_exported_folder_carries_the_temperature(ckpt, calibration, tmp_path):
+    out = tmp_path / "model"
+    main(["export", "--ckpt", str(ckpt), "--out", str(out)])
+    config = json.loads((out / "config.json").read_text())
+    assert config["calibration"]["temperature"] == calibration["temperature"]
+    assert "weights" not in config["calibration"]
+    folder = DocClassifier.load(out, "cpu")
+    assert folder.temperature == calibration["temperature"]
+    assert folder.predict(TEXTS) == DocClassifier.load(ckpt, "cpu").predict(TEXTS)
+    card = (out / "README.md").read_text()
+    assert f"temperature of {calibration['temperature']:.3f}" in card
+    before, after = calibration["test"]["before"]["ece"], calibration["test"]["after"]["ece"]
+    assert f"| test | {before:.3f} → {after:.3f} |" in card
+
+
+def test_labels_the_model_does_not_know_are_refused_not_mapped(ckpt):
+    classifier = DocClassifier.load(ckpt, "cpu").trained
+    documents = Documents(TEXTS, ["a", "b", "c"], ["business", "weather", "sport"], "mine")
+    with pytest.raises(DataError, match=r"mine: labels \['sport', 'weather'\] are not among"):
+        calibrate(classifier, documents)
+
+
+def test_the_command_fits_on_validation_only_and_into_a_run_folder(ckpt, tmp_path):
+    config = str(CONFIGS / "tiny.yaml")
+    with pytest.raises(DataError, match="never fitted on the split it is scored on"):
+        main_error(["calibrate", "--ckpt", str(ckpt), "--data", config, "--split", "test"])
+    with pytest.raises(DataError, match="give the run's YAML config"):
+        main_error(["calibrate", "--ckpt", str(ckpt), "--data", "bbc"])
+    loose = tmp_path / "last.ckpt"
+    shutil.copy(ckpt, loose)
+    with pytest.raises(CheckpointError, match="not a checkpoint in a training run"):
+        main_error(["calibrate", "--ckpt", str(loose), "--data", config])
+
+
+def main_error(argv: list[str]) -> None:
+    from docclass.cli import run_command
+
+    run_command(argv[0], argv[1:])
