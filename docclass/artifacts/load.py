@@ -32,6 +32,9 @@ class TrainedClassifier:
     # A model folder's config.json (its facts: default word-score method, scores, origin);
     # empty for a checkpoint.
     folder_config: dict[str, Any] = field(default_factory=dict)
+    # What explanation records divide the logits by for their probabilities: the temperature
+    # fitted for these weights, set by whoever reads the model's facts (1: the raw softmax).
+    temperature: float = 1.0
 
     @cached_property
     def fingerprint(self) -> str:

@@ -217,6 +217,8 @@ class DocClassifier:
         self.calibration = calibration or model_calibration(
             "", trained.folder_config, lambda: trained.fingerprint
         )
+        # explain() builds records from ``trained``: their probabilities are predict()'s.
+        self.trained.temperature = self.temperature
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto") -> DocClassifier:

@@ -56,7 +56,11 @@ def model_calibration(
     recorded = folder_config.get("calibration")
     if recorded is not None:
         return _checked_calibration(recorded, Path(path) / "config.json")
-    run_dir = run_dir_of(path)
+    return run_calibration(run_dir_of(path), fingerprint)
+
+
+def run_calibration(run_dir: Path | None, fingerprint: Callable[[], str]) -> dict[str, Any] | None:
+    """A run folder's ``calibration.json`` when it names these weights, else None."""
     if run_dir is None:
         return None
     measured = measured_on(read_json(run_dir / CALIBRATION_FILE), fingerprint())

@@ -8,6 +8,7 @@ pages, so the pages can be rebuilt (or analysed) without the model.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -34,7 +35,7 @@ from docclass.evaluate.erasure import (
 from docclass.evaluate.faithfulness import faithfulness_figures
 from docclass.evaluate.plausibility import plausibility, read_rationales
 from docclass.inference.classifier import classify_texts
-from docclass.inference.model_facts import run_dir_of
+from docclass.inference.model_facts import model_calibration, run_calibration, run_dir_of
 from docclass.interpret.default_method import default_method
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.inputs import float32_classifier
@@ -304,6 +305,23 @@ def faithfulness_positions(
     return faithfulness_sample(records, documents, error_share)
 
 
+def _calibrated(
+    classifier: TrainedClassifier, run_dir: str | Path | None
+) -> tuple[TrainedClassifier, dict[str, Any] | None]:
+    """The classifier with the temperature measured for its weights (its folder's, or its run's
+    ``calibration.json``), so the pages show the probabilities ``predict`` gives; and that
+    calibration's figures for the index."""
+    folder = classifier.folder_config.get("calibration")
+    calibration = (
+        model_calibration("", classifier.folder_config, lambda: classifier.fingerprint)
+        if folder is not None
+        else run_calibration(Path(run_dir) if run_dir else None, lambda: classifier.fingerprint)
+    )
+    if not calibration:
+        return dataclasses.replace(classifier, temperature=1.0), None
+    return dataclasses.replace(classifier, temperature=calibration["temperature"]), calibration
+
+
 def make_report(
     classifier: TrainedClassifier,
     documents: Documents,
@@ -342,6 +360,7 @@ def make_report(
     """
     out_dir = Path(out_dir)
     _clear_for_new_report(out_dir)
+    classifier, calibration = _calibrated(classifier, run_dir)
     texts, ids, labels = documents.texts[:limit], documents.ids[:limit], documents.labels[:limit]
     started = time.perf_counter()
     population, subtitle = None, documents.description
@@ -378,6 +397,7 @@ def make_report(
         population=population,
         checks=checks,
         weights=classifier.fingerprint,
+        calibration=calibration,
     )
     stages = _stage_seconds(started, explained, measured, checked, time.perf_counter())
     log.info("report: %d documents, %s → %s", len(records), stages, index)

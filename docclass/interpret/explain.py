@@ -98,9 +98,11 @@ def _record(
     scores: dict[str, torch.Tensor],
     label_names: list[str],
     bias: np.ndarray,
+    temperature: float = 1.0,
 ) -> dict[str, Any]:
     spans = document.alignment.word_spans
     logits = scoring.logits[row].double().cpu()
+    probs = torch.softmax(logits / temperature, -1).numpy()
     return {
         "text": text,
         "words": [text[start:end] for start, end in spans],
@@ -110,7 +112,8 @@ def _record(
         "tokens_read": len(document.token_ids),
         "truncated": document.truncated,
         "predicted": label_names[int(scoring.predicted[row])],
-        "probs": dict(zip(label_names, compact(torch.softmax(logits, -1).numpy()), strict=True)),
+        "probs": dict(zip(label_names, compact(probs), strict=True)),
+        "temperature": temperature,
         "logits": dict(zip(label_names, compact(logits.numpy()), strict=True)),
         "contribution_bias": dict(zip(label_names, compact(bias), strict=True)),
         "scores": {name: _per_word(document, values[row]) for name, values in scores.items()},
@@ -214,7 +217,10 @@ def explain_documents(
         )[:-1]
         for row, i in enumerate(indices):
             document = documents[i]
-            record = _record(document, texts[i], row, scoring, scores, classifier.label_names, bias)
+            record = _record(
+                document, texts[i], row, scoring, scores, classifier.label_names, bias,
+                classifier.temperature,
+            )  # fmt: skip
             if depths:
                 record["rollout_depths"] = [_per_word(document, flow[row]) for flow in depths]
             if classes != "predicted":

@@ -3,14 +3,15 @@
 No torch here: the report layer reads records and this catalogue without knowing the model.
 
 A record (one JSON object per document, written by :func:`docclass.interpret.explain.
-explain_documents`): ``id, text, words, spans`` (character spans of every word), ``words_read``,
-``n_tokens, tokens_read, truncated, label`` (true, if known), ``predicted, probs, logits,
-contribution_bias, scores{method: [one score per word]}``; on request ``contributions{class:
-[...]}`` (of the classes worth contrasting, or of all) with ``contribution_mean`` (each word's
-mean contribution over all classes); with more than one block ``rollout_depths`` (the rollout
-through the top 1, 2, … blocks, one score per word each; the full rollout is
-``scores.rollout``); for short documents ``layer_maps``; after measuring, ``faithfulness``. A
-document with nothing to classify gets ``predicted: null`` and ``error``.
+explain_documents`): ``id, text, words, spans`` (character spans of every word),
+``words_read``, ``n_tokens, tokens_read, truncated, label`` (true, if known), ``predicted,
+probs`` (the softmax of the logits divided by ``temperature``: the model's calibration, 1 when
+it has none), ``logits, contribution_bias, scores{method: [one score per word]}``; on request
+``contributions{class: [...]}`` (of the classes worth contrasting, or of all) with
+``contribution_mean`` (each word's mean contribution over all classes); with more than one
+block ``rollout_depths`` (the rollout through the top 1, 2, … blocks, one score per word each;
+the full rollout is ``scores.rollout``); for short documents ``layer_maps``; after measuring,
+``faithfulness``. A document with nothing to classify gets ``predicted: null`` and ``error``.
 """
 
 from __future__ import annotations

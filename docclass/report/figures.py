@@ -141,6 +141,33 @@ def removal_curves_figure(tables: dict[str, dict], fractions: Sequence[float]) -
     return figure
 
 
+def reliability_figure(split_figures: dict, temperature: float) -> plt.Figure:
+    """Reliability diagram of one split before and after the temperature: per confidence bin,
+    the share right (bars) against the mean top probability (the diagonal is perfect), and
+    how many documents fall in each bin."""
+    figure, axes = plt.subplots(1, 2, figsize=(9, 4), sharey=True)
+    panels = (("before", "raw softmax"), ("after", f"calibrated (T = {temperature:.3f})"))
+    for axis, (key, name) in zip(axes, panels, strict=True):
+        bins = split_figures["reliability"][key]
+        centres = [(b["low"] + b["high"]) / 2 for b in bins]
+        width = bins[0]["high"] - bins[0]["low"] if bins else 0.0
+        axis.bar(centres, [b["accuracy"] for b in bins], width=0.9 * width, color="#4c78a8",
+                 label="share right")  # fmt: skip
+        axis.plot([b["confidence"] for b in bins], [b["accuracy"] for b in bins], "o",
+                  color="#d9822b", label="(mean top probability, share right)")  # fmt: skip
+        axis.plot([0, 1], [0, 1], "--", color="grey", linewidth=1)
+        for centre, b in zip(centres, bins, strict=True):
+            axis.annotate(str(b["documents"]), (centre, 0.02), ha="center", fontsize=7)
+        axis.set_title(f"{name}: ECE {split_figures[key]['ece']:.3f}")
+        axis.set_xlabel("top probability")
+        axis.set_xlim(0, 1)
+        axis.set_ylim(0, 1.02)
+    axes[0].set_ylabel("share of documents labelled right")
+    axes[0].legend(fontsize=8, loc="upper left")
+    figure.tight_layout()
+    return figure
+
+
 def write_run_figures(run_dir: str | Path) -> list[Path]:
     """``confusion_matrix.png`` and ``training_curves.png`` of a run, from its ``metrics.json``
     (and the CSV metric log it names); returns the files written."""

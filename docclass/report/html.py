@@ -38,6 +38,7 @@ from docclass.report.classes import MATRIX_CLASSES, class_rows, matrix_view, pai
 from docclass.report.figures import (
     entropy_histogram_figure,
     png_data_uri,
+    reliability_figure,
     removal_curves_figure,
     training_curves_figure,
 )
@@ -365,6 +366,7 @@ def write_report(
     population: dict[str, Any] | None = None,
     checks: dict[str, Any] | None = None,
     weights: str | None = None,
+    calibration: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``index.html`` and ``<documents_dir>/doc-NNNNN.html`` for every record.
 
@@ -388,6 +390,8 @@ def write_report(
             rationales), each None when not measured.
         weights: the fingerprint of the weights explained, kept in ``report.json`` so its
             table is only ever read for those weights.
+        calibration: the temperature these weights' probabilities are divided by and its
+            scores before and after (``calibration.json``); None when uncalibrated.
 
     Returns:
         The path of ``index.html``.
@@ -412,12 +416,14 @@ def write_report(
         (out_dir / documents_dir / document_filename(position)).write_text(page, encoding="utf-8")
     context = dict(title=title, subtitle=subtitle, population=population, run_dir=run_dir)
     context.update(faithfulness=faithfulness, checks=checks or {}, weights=weights, common=common)
+    context["calibration"] = calibration
     index = _index_page(environment, records, label_names, hrefs, documents_dir, out_dir, context)
     (out_dir / "index.html").write_text(index, encoding="utf-8")
     # What rewrite_report needs to render the same report again from its records.
     meta = dict(title=title, subtitle=subtitle, label_names=label_names, run_dir=run_dir)
     meta.update(run_dir=str(run_dir) if run_dir else None, documents_dir=documents_dir)
     meta.update(faithfulness=faithfulness, population=population, checks=checks, weights=weights)
+    meta["calibration"] = calibration
     (out_dir / REPORT_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return out_dir / "index.html"
 
@@ -450,7 +456,9 @@ def _index_page(
         population=population,
         low_confidence=LOW_CONFIDENCE,
         run_metrics=_run_metrics(context["run_dir"]),
-        figures=_index_figures(records, context["run_dir"], faithfulness, pool_heads_of(records)),
+        figures=_index_figures(records, context["run_dir"], faithfulness, pool_heads_of(records))
+        | _calibration_figure(context["calibration"]),
+        calibration=_calibration_rows(context["calibration"]),
         method_help=[
             {"name": METHODS[key].label, "text": METHODS[key].help} for key in RECORD_METHODS
         ],
@@ -552,6 +560,40 @@ def _index_figures(
     if any(entropies.values()):
         figures["entropy"] = png_data_uri(entropy_histogram_figure(entropies))
     return figures
+
+
+def _calibration_figure(calibration: dict[str, Any] | None) -> dict[str, str]:
+    """The reliability diagram of the test split (of validation when the test was not scored)."""
+    if not calibration:
+        return {}
+    split = "test" if "test" in calibration else "validation"
+    figure = reliability_figure(calibration[split], calibration["temperature"])
+    return {"reliability": png_data_uri(figure)}
+
+
+def _calibration_rows(calibration: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The calibration table: per split, each score before → after the temperature."""
+    if not calibration:
+        return None
+    rows = [
+        {
+            "split": split,
+            "documents": calibration[split]["after"]["documents"],
+            **{
+                score: f"{calibration[split]['before'][score]:.3f} → "
+                f"{calibration[split]['after'][score]:.3f}"
+                for score in ("ece", "brier", "nll")
+            },
+        }
+        for split in ("validation", "test")
+        if split in calibration
+    ]
+    return {
+        "temperature": f"{calibration['temperature']:.3f}",
+        "bins": calibration.get("ece_bins", 15),
+        "rows": rows,
+        "test_shown": "test" in calibration,
+    }
 
 
 def _index_rows(records: Sequence[dict], documents_dir: str) -> list[dict[str, Any]]:

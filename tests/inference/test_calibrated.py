@@ -2,6 +2,7 @@
 it belongs to, and applied by the API, ``classify``, the server and an exported folder."""
 
 import json
+import math
 import shutil
 
 import pytest
@@ -171,3 +172,29 @@ def main_error(argv: list[str]) -> None:
     from docclass.cli import run_command
 
     run_command(argv[0], argv[1:])
+
+
+def test_the_report_shows_the_calibrated_probabilities_and_the_reliability_diagram(
+    fitted, calibration
+):
+    from docclass.interpret.records import read_jsonl
+
+    temperature = calibration["temperature"]
+    index = (fitted / "report" / "index.html").read_text()
+    assert 'id="calibration-table"' in index
+    assert f"temperature of <b>{temperature:.3f}</b>" in index
+    test = calibration["test"]
+    assert f"{test['before']['ece']:.3f} → {test['after']['ece']:.3f}" in index
+    assert 'alt="reliability diagram of the test split' in index
+    assert 'src="data:image/png;base64,' in index.split('id="calibration-table"')[1]
+    checked = 0
+    for record in read_jsonl(fitted / "report" / "explanations.jsonl.gz"):
+        assert record["temperature"] == temperature
+        names = [name for name in record["logits"] if record["probs"][name] > 1e-3]
+        for a, b in zip(names, names[1:], strict=False):
+            # Between two classes the page's probabilities are the logits' gap divided by T.
+            ratio = math.log(record["probs"][a] / record["probs"][b])
+            gap = (record["logits"][a] - record["logits"][b]) / temperature
+            assert ratio == pytest.approx(gap, abs=1e-3)
+            checked += 1
+    assert checked > 100
