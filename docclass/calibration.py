@@ -104,3 +104,65 @@ def reliability_bins(probs: torch.Tensor, labels: torch.Tensor) -> list[dict[str
                 }
             )
     return bins
+
+
+def _confidence_and_correct(probs: torch.Tensor, labels: torch.Tensor):
+    probs, labels = probs.detach().double().cpu(), labels.detach().long().cpu()
+    confidence, predicted = probs.max(dim=1)
+    return confidence, (predicted == labels).double()
+
+
+def precision_threshold(
+    probs: torch.Tensor, labels: torch.Tensor, target: float, decimals: int = 4
+) -> float | None:
+    """The lowest threshold ``t`` (a multiple of ``10**-decimals``, so that it can be written
+    down and passed to ``classify --min_probability`` as it is) at which the documents with a
+    top probability of at least ``t`` are labelled right at least ``target`` of the time: the
+    threshold that accepts the most documents at that precision. None when none reaches it.
+
+    Choose it on validation: on the split it is scored on it would be fitted to its noise."""
+    confidence, correct = _confidence_and_correct(probs, labels)
+    scale = 10**decimals
+    # Every accepted set a grid threshold can make: each document's probability rounded down
+    # to the grid (it and everything above it), and 1.
+    grid = torch.unique(torch.cat([(confidence * scale).floor() / scale, torch.ones(1).double()]))
+    order = torch.argsort(confidence, descending=True, stable=True)
+    right = torch.cat([torch.zeros(1).double(), correct[order].cumsum(0)])
+    # How many documents each threshold accepts: those at or above it.
+    accepted = torch.searchsorted(-confidence[order], -grid, right=True)
+    # A hair of slack: 0.95 · 20 need not be 19 in binary, and 19 of 20 right reaches 95 %.
+    reaching = (accepted > 0) & (right[accepted] >= target * accepted - 1e-9)
+    return round(float(grid[reaching].min()), decimals) if reaching.any() else None
+
+
+def accepted_at(probs: torch.Tensor, labels: torch.Tensor, threshold: float | None) -> dict:
+    """Coverage (the share of documents whose top probability is at least ``threshold``) and
+    the precision among them (None when none are)."""
+    confidence, correct = _confidence_and_correct(probs, labels)
+    accepted = (
+        confidence >= threshold if threshold is not None else torch.zeros_like(correct).bool()
+    )
+    count = int(accepted.sum())
+    return {
+        "coverage": round(count / max(1, len(correct)), 6),
+        "precision": round(float(correct[accepted].mean()), 6) if count else None,
+        "documents": count,
+    }
+
+
+def risk_coverage(probs: torch.Tensor, labels: torch.Tensor, points: int = 100) -> list[dict]:
+    """The risk–coverage curve: accepting documents from the most sure down, the share accepted
+    against the error rate among them, at about ``points`` coverages (and the last)."""
+    confidence, correct = _confidence_and_correct(probs, labels)
+    order = torch.argsort(confidence, descending=True, stable=True)
+    errors = (1 - correct[order]).cumsum(0)
+    n = len(order)
+    steps = sorted({min(n, max(1, round(n * i / points))) for i in range(1, points + 1)})
+    return [
+        {
+            "coverage": round(k / n, 6),
+            "risk": round(float(errors[k - 1]) / k, 6),
+            "threshold": float(confidence[order[k - 1]]),
+        }
+        for k in steps
+    ]

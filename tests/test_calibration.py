@@ -9,9 +9,12 @@ from torchmetrics.functional.classification import multiclass_calibration_error
 from docclass.calibration import (
     ECE_BINS,
     TEMPERATURE_RANGE,
+    accepted_at,
     calibration_scores,
     fit_temperature,
+    precision_threshold,
     reliability_bins,
+    risk_coverage,
     scaled_probabilities,
 )
 
@@ -77,3 +80,61 @@ def test_the_diagrams_bins_add_up_to_the_expected_calibration_error():
     assert all(b["low"] <= b["confidence"] < b["high"] for b in bins)
     ece = sum(b["documents"] / 1_000 * abs(b["accuracy"] - b["confidence"]) for b in bins)
     assert ece == pytest.approx(calibration_scores(probs, labels)["ece"], abs=1e-5)
+
+
+@pytest.mark.parametrize("target", [0.8, 0.95, 0.99])
+def test_the_precision_threshold_is_the_lowest_on_its_grid_that_reaches_the_target(target):
+    logits, labels = miscalibrated(400, 3, 1.0, seed=5)
+    # Rounded probabilities, so that some documents tie at a threshold.
+    probs = (torch.softmax(logits, -1) * 50).round() / 50
+    threshold = precision_threshold(probs, labels, target)
+    confidence = probs.max(-1).values
+    correct = (probs.argmax(-1) == labels).double()
+    reference = None
+    for t in np.arange(10_001) / 10_000:  # every multiple of 1e-4, lowest first
+        accepted = confidence >= t
+        if accepted.any() and correct[accepted].mean() >= target:
+            reference = float(t)
+            break
+    assert (threshold is None) == (reference is None)
+    if threshold is not None:
+        # The same documents accepted; written as the lowest accepted probability, rounded down.
+        assert accepted_at(probs, labels, threshold) == accepted_at(probs, labels, reference)
+        lowest = float(confidence[confidence >= threshold].min())
+        assert threshold == np.floor(lowest * 10_000) / 10_000
+        assert accepted_at(probs, labels, threshold)["precision"] >= target
+
+
+def test_no_threshold_reaches_a_precision_above_the_best_documents():
+    probs = torch.tensor([[0.9, 0.1], [0.8, 0.2], [0.7, 0.3]], dtype=torch.float64)
+    labels = torch.tensor([1, 0, 0])  # the surest document is wrong
+    assert precision_threshold(probs, labels, 0.99) is None
+    assert accepted_at(probs, labels, None) == {"coverage": 0.0, "precision": None, "documents": 0}
+    assert precision_threshold(probs, labels, 0.6) == 0.7
+    assert accepted_at(probs, labels, 0.7) == {
+        "coverage": 1.0, "precision": pytest.approx(2 / 3, abs=1e-6), "documents": 3
+    }  # fmt: skip
+
+
+def test_the_risk_coverage_curve_ends_at_every_document_and_the_error_rate():
+    logits, labels = miscalibrated(250, 4, 1.0, seed=6)
+    probs = torch.softmax(logits, -1)
+    curve = risk_coverage(probs, labels)
+    assert [p["coverage"] for p in curve] == sorted(p["coverage"] for p in curve)
+    assert curve[-1]["coverage"] == 1.0
+    assert curve[-1]["risk"] == pytest.approx(1 - calibration_scores(probs, labels)["accuracy"])
+    # At each point, accepting documents at or above its threshold gives its coverage.
+    for point in curve[:: len(curve) // 5]:
+        accepted = accepted_at(probs, labels, point["threshold"])
+        assert accepted["coverage"] == pytest.approx(point["coverage"], abs=1e-6)
+        assert 1 - accepted["precision"] == pytest.approx(point["risk"], abs=1e-6)
+
+
+def test_a_precision_exactly_at_the_target_reaches_it():
+    # 20 documents, the 10th surest wrong: all 20 are 95 % right, exactly the target.
+    confidence = torch.linspace(0.99, 0.60, 20, dtype=torch.float64)
+    probs = torch.stack([confidence, 1 - confidence], dim=1)
+    labels = torch.zeros(20, dtype=torch.long)
+    labels[9] = 1
+    assert precision_threshold(probs, labels, 0.95) == 0.6
+    assert precision_threshold(probs, labels, 0.96) == np.floor(float(confidence[8]) * 1e4) / 1e4

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveInt
 
+from docclass.errors import ConfigError
 from docclass.inference.classifier import WordScoreMethod
 from docclass.inference.classify import run_classify
 
@@ -28,6 +29,7 @@ def classify_command(
     progress: bool | None = None,
     method: WordScoreMethod | None = None,
     calibrated: bool = True,
+    min_probability: float | None = None,
     engine: Literal["local", "ray"] = "local",
     address: str | None = None,
     workers: PositiveInt | None = None,
@@ -56,6 +58,9 @@ def classify_command(
         calibrated: probabilities divided by the temperature fitted on the validation split
             ('docclass calibrate', which 'docclass fit' runs); false: the raw softmax. The
             label is the same either way.
+        min_probability: rows whose top probability is below this are uncertain: an empty
+            label, the model's own in the 'predicted' column. The report lists the thresholds
+            that reached 95 % and 99 % precision on the validation split.
         engine: local (this process) or ray: Ray Data actors, one model each, writing
             Parquet parts into the --out folder; run the same command again to resume.
         address: with --engine ray, the Ray cluster to join (default: start a local Ray).
@@ -66,12 +71,18 @@ def classify_command(
         shard_documents: with --engine ray, about this many documents per part file (a
             JSON Lines file is cut at lines, Parquet at row groups; a CSV file stays whole).
     """
+    if min_probability is not None and not 0 < min_probability <= 1:
+        raise ConfigError(
+            f"--min_probability {min_probability}: give a probability in (0, 1], such as a "
+            "threshold the report lists for a target precision"
+        )
     if engine == "ray":
         from docclass.inference.ray_classify import classify_on_ray
 
         counts = classify_on_ray(
             ckpt, inputs, out or "", text_column, top_words, batch_size, device, method,
             address, workers, cpus_per_worker, num_gpus, shard_documents, progress, calibrated,
+            min_probability,
         )  # fmt: skip
         print(
             f"{out}: {counts['shards']} part files ({counts['shards_skipped']} found written, "
@@ -81,12 +92,14 @@ def classify_command(
     else:
         counts = run_classify(
             ckpt, inputs, out, text_column, top_words, batch_size, device, progress, method,
-            calibrated,
+            calibrated, min_probability,
         )  # fmt: skip
     print(
         f"classified {counts['documents'] - counts['errors']} of {counts['documents']} documents"
         f" ({counts['errors']} errors, {counts['warnings']} warnings, "
-        f"{counts['truncated']} truncated)",
+        f"{counts['truncated']} truncated"
+        + (f", {counts['uncertain']} uncertain" if min_probability is not None else "")
+        + ")",
         file=sys.stderr,
     )
     if strict and counts["errors"]:

@@ -20,9 +20,12 @@ import torch
 from docclass.artifacts.load import TrainedClassifier, load_classifier
 from docclass.calibration import (
     ECE_BINS,
+    accepted_at,
     calibration_scores,
     fit_temperature,
+    precision_threshold,
     reliability_bins,
+    risk_coverage,
     scaled_probabilities,
 )
 from docclass.errors import CheckpointError, DataError
@@ -32,6 +35,9 @@ from docclass.interpret.inputs import encode_documents, forward_batches
 from docclass.train.lightning_cli import datamodule_from_config
 
 log = logging.getLogger(__name__)
+
+# The precisions at which bulk users ask how many documents can be labelled unread.
+PRECISION_TARGETS = (0.95, 0.99)
 
 
 def labelled_logits(
@@ -72,7 +78,29 @@ def _before_and_after(
             "before": reliability_bins(raw, labels),
             "after": reliability_bins(scaled, labels),
         },
+        "risk_coverage": risk_coverage(scaled, labels),
     }
+
+
+def abstention(
+    validation: tuple[torch.Tensor, torch.Tensor],
+    test: tuple[torch.Tensor, torch.Tensor] | None,
+    temperature: float,
+) -> dict[str, Any]:
+    """For each precision target: the lowest calibrated top probability at which the accepted
+    validation documents reach it (chosen on validation only), and what it accepts there and
+    on test. A threshold of None: no threshold reaches the target, nothing is accepted."""
+    val_probs = scaled_probabilities(validation[0], temperature)
+    test_probs = scaled_probabilities(test[0], temperature) if test else None
+    targets = {}
+    for target in PRECISION_TARGETS:
+        threshold = precision_threshold(val_probs, validation[1], target)
+        targets[f"{target:g}"] = {
+            "threshold": threshold,
+            "validation": accepted_at(val_probs, validation[1], threshold),
+            **({"test": accepted_at(test_probs, test[1], threshold)} if test else {}),
+        }
+    return targets
 
 
 def calibrate(
@@ -94,11 +122,15 @@ def calibrate(
         "ece_bins": ECE_BINS,
         "validation": _before_and_after(logits, labels, temperature),
     }
+    scored = None
     if test is not None:
-        test_logits, test_labels = labelled_logits(classifier, test, device)
-        if len(test_labels):
-            facts["test"] = _before_and_after(test_logits, test_labels, temperature)
+        scored = labelled_logits(classifier, test, device)
+        if len(scored[1]):
+            facts["test"] = _before_and_after(*scored, temperature)
             facts["test"]["split"] = test.description
+        else:
+            scored = None
+    facts["abstention"] = abstention((logits, labels), scored, temperature)
     return facts
 
 
@@ -113,6 +145,7 @@ def write_calibration(run_dir: Path, facts: dict[str, Any]) -> Path:
         if (metrics.get("test") or {}).get("weights") == facts["weights"]:
             metrics["calibration"] = {
                 "temperature": facts["temperature"],
+                "abstention": facts.get("abstention"),
                 **{
                     split: {"before": facts[split]["before"], "after": facts[split]["after"]}
                     for split in ("validation", "test")

@@ -85,14 +85,28 @@ def _top_words(fields: dict[str, Any], per_word: np.ndarray, k: int) -> list[dic
     ]
 
 
-def _result(probs: np.ndarray, names: list[str], document: DocumentInput) -> dict[str, Any]:
+def _result(
+    probs: np.ndarray,
+    names: list[str],
+    document: DocumentInput,
+    min_probability: float | None = None,
+) -> dict[str, Any]:
     best = int(probs.argmax())
-    return {
+    result = {
         "label": names[best],
         "score": round(float(probs[best]), 6),
         "probs": {name: round(float(p), 6) for name, p in zip(names, probs, strict=True)},
         "truncated": document.truncated,
     }
+    if min_probability is not None:
+        # Below the threshold the label is withheld, not guessed: whoever reads only ``label``
+        # takes no unsure one for sure. The model's choice stays in ``predicted``.
+        # Compared as shown: a score copied from a result as the threshold accepts its result.
+        uncertain = result["score"] < min_probability
+        result.update(predicted=names[best], uncertain=uncertain)
+        if uncertain:
+            result["label"] = None
+    return result
 
 
 def _scored_batches(
@@ -142,6 +156,7 @@ def classify_texts(
     method: str = UNMEASURED_DEFAULT,
     batch_tokens: int | None = None,
     temperature: float = 1.0,
+    min_probability: float | None = None,
 ) -> list[dict[str, Any]]:
     """Classify ``texts``; one result per text, in order.
 
@@ -159,6 +174,9 @@ def classify_texts(
         method: the word-score method (:data:`API_METHODS`), named in each result.
         temperature: every logit is divided by it before the softmax (1: the raw
             probabilities); labels and word scores do not depend on it.
+        min_probability: when given, each result also carries ``predicted`` (the model's
+            label) and ``uncertain`` (its probability is below this); an uncertain result's
+            ``label`` is None.
 
     Returns:
         ``{label, score, probs, truncated[, method, top_words][, words, spans, scores]}`` per
@@ -166,6 +184,11 @@ def classify_texts(
     """
     if method not in API_METHODS:
         raise ConfigError(f"method {method!r}: choose one of {', '.join(API_METHODS)}")
+    if min_probability is not None and not 0 < min_probability <= 1:
+        raise ConfigError(
+            f"min_probability {min_probability}: give a probability in (0, 1], such as a "
+            "threshold the report lists for a target precision"
+        )
     model = classifier.model.to(device).eval()
     documents = encode_documents(classifier.tokenizer, texts, classifier.max_tokens)
     results: list[dict[str, Any]] = [
@@ -178,7 +201,7 @@ def classify_texts(
         probs = scaled_probabilities(logits, temperature).cpu().numpy()
         token_scores = scores.double().cpu().numpy() if wants_words else None
         for row, i in enumerate(indices):
-            result = _result(probs[row], classifier.label_names, documents[i])
+            result = _result(probs[row], classifier.label_names, documents[i], min_probability)
             if wants_words:
                 result["method"] = method
                 fields, per_word = _word_fields(texts[i], documents[i], token_scores[row])
@@ -271,6 +294,7 @@ class DocClassifier:
         method: str | None = None,
         batch_tokens: int | None = None,
         calibrated: bool = True,
+        min_probability: float | None = None,
     ) -> list[dict[str, Any]]:
         """``[{label, score, probs, truncated[, method, top_words][, words, spans, scores]}]``.
 
@@ -282,7 +306,10 @@ class DocClassifier:
         A forward pass holds at most ``batch_size`` documents and ``batch_tokens`` padded
         tokens (default: 2,048 on the CPU, no limit on a GPU; 0: no limit).
         ``score`` and ``probs`` are calibrated (:attr:`temperature`) unless ``calibrated`` is
-        False, which gives the raw softmax; the label is the same either way.
+        False, which gives the raw softmax; the label is the same either way. With
+        ``min_probability``, a result whose ``score`` is below it is ``uncertain``: its
+        ``label`` is None and ``predicted`` keeps the model's label (the report lists the
+        threshold that reached 95 % and 99 % precision on validation).
         """
         if isinstance(texts, str):
             texts = [texts]
@@ -296,6 +323,7 @@ class DocClassifier:
             method or self.default_method,
             batch_tokens,
             self.temperature if calibrated else 1.0,
+            min_probability,
         )
 
     def explain(self, text: str, all_classes: bool = False) -> dict[str, Any]:

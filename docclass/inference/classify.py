@@ -241,9 +241,11 @@ def classify_documents(
     chunk: int = CHUNK_DOCUMENTS,
     method: str | None = None,
     calibrated: bool = True,
+    min_probability: float | None = None,
 ) -> Iterator[dict[str, Any]]:
     """One output row per input document, in order, ``chunk`` documents in memory at a time
-    (probabilities calibrated unless ``calibrated`` is False: :meth:`DocClassifier.predict`)."""
+    (probabilities calibrated unless ``calibrated`` is False, rows below ``min_probability``
+    uncertain: :meth:`DocClassifier.predict`)."""
     pending: list[InputDocument] = []
 
     def flush() -> Iterator[dict[str, Any]]:
@@ -251,8 +253,13 @@ def classify_documents(
         results = (
             iter(
                 classifier.predict(
-                    texts, batch_size, top_words, method=method, calibrated=calibrated
-                )
+                    texts,
+                    batch_size,
+                    top_words,
+                    method=method,
+                    calibrated=calibrated,
+                    min_probability=min_probability,
+                )  # fmt: skip
             )
             if texts
             else iter(())
@@ -284,6 +291,7 @@ class RowWriter:
         self.handle, self.kind, self.labels = handle, kind, labels
         if kind == "csv":
             self.fields = ["id", "label", "score", *(f"prob_{n}" for n in labels)]
+            self.fields += ["predicted", "uncertain"]  # with --min_probability
             self.fields += ["truncated", "method", "top_words", "warning", "error"]
             self.csv = csv.DictWriter(handle, self.fields, extrasaction="ignore")
             self.csv.writeheader()
@@ -316,8 +324,10 @@ def run_classify(
     progress: bool | None = None,
     method: str | None = None,
     calibrated: bool = True,
+    min_probability: float | None = None,
 ) -> dict[str, int]:
-    """What ``docclass classify`` runs. Returns counts: documents, errors, warnings, truncated."""
+    """What ``docclass classify`` runs. Returns counts: documents, errors, warnings, truncated,
+    uncertain."""
     from tqdm import tqdm
 
     classifier = DocClassifier.load(ckpt, device)
@@ -326,20 +336,22 @@ def run_classify(
     if not to_stdout:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
     handle = sys.stdout if to_stdout else open(out, "w", encoding="utf-8", newline="")
-    counts = {"documents": 0, "errors": 0, "warnings": 0, "truncated": 0}
+    counts = {"documents": 0, "errors": 0, "warnings": 0, "truncated": 0, "uncertain": 0}
     show = sys.stderr.isatty() if progress is None else progress
     try:
         writer = RowWriter(handle, kind, classifier.labels)
         documents = read_inputs(inputs, text_column)
         rows = classify_documents(
-            classifier, documents, batch_size, top_words, method=method, calibrated=calibrated
-        )
+            classifier, documents, batch_size, top_words, method=method, calibrated=calibrated,
+            min_probability=min_probability,
+        )  # fmt: skip
         for row in tqdm(rows, desc="classifying", unit="doc", disable=not show, file=sys.stderr):
             writer.write(row)
             counts["documents"] += 1
             counts["errors"] += row.get("error") is not None
             counts["warnings"] += "warning" in row
             counts["truncated"] += bool(row.get("truncated"))
+            counts["uncertain"] += bool(row.get("uncertain"))
     finally:
         if not to_stdout:
             handle.close()

@@ -286,6 +286,8 @@ def part_schema(labels: list[str]):
             ("label", pa.string()),
             ("score", pa.float64()),
             *((f"prob_{name}", pa.float64()) for name in labels),
+            ("predicted", pa.string()),  # with --min_probability
+            ("uncertain", pa.bool_()),
             ("truncated", pa.bool_()),
             ("method", pa.string()),
             ("top_words", pa.list_(word)),
@@ -405,6 +407,7 @@ class ShardClassifier:
         weights: str,
         calibrated: bool = True,
         temperature: float = 1.0,
+        min_probability: float | None = None,
     ) -> None:
         import torch
 
@@ -426,7 +429,7 @@ class ShardClassifier:
                 f"{ckpt}: its calibration temperature changed since the run was planned "
                 "(calibrated again); rows of one run must share it: start a new --out"
             )
-        self.calibrated = calibrated
+        self.calibrated, self.min_probability = calibrated, min_probability
         self.out, self.digest = Path(out), digest
         self.text_column, self.batch_size = text_column, batch_size
         self.top_words, self.method = top_words, method
@@ -442,6 +445,7 @@ class ShardClassifier:
                 self.top_words,
                 method=self.method,
                 calibrated=self.calibrated,
+                min_probability=self.min_probability,
             )
             try:
                 write_part(self.out, int(index), rows, self.classifier.labels, self.digest)
@@ -541,6 +545,7 @@ def classify_on_ray(
     shard_documents: int = SHARD_DOCUMENTS,
     progress: bool | None = None,
     calibrated: bool = True,
+    min_probability: float | None = None,
 ) -> dict[str, Any]:
     """Classify on Ray Data into ``out/part-*.parquet``; run it again to resume.
 
@@ -560,6 +565,7 @@ def classify_on_ray(
         )
     out_dir = Path(out)
     settings = _model_settings(ckpt, top_words, method, batch_size, calibrated)
+    settings["min_probability"] = min_probability  # a resumed run must mark rows alike
     settings["device"] = device if num_gpus else "cpu"  # one run's rows come from one device
     plan = build_plan(inputs, text_column, settings, shard_documents)
     with _only_run(out_dir):
@@ -570,6 +576,7 @@ def classify_on_ray(
             "text_column": text_column, "batch_size": batch_size, "top_words": top_words,
             "method": method, "digest": plan_hash(plan), "weights": settings["weights"],
             "calibrated": calibrated, "temperature": settings["temperature"],
+            "min_probability": min_probability,
         }  # fmt: skip
         peaks: dict[str, float] = {}
         if todo:
@@ -746,11 +753,13 @@ def _count_parts(out_dir: Path, shards: int, digest: str) -> dict[str, int]:
             f"{out_dir}: {len(missing)} of {shards} part files missing after the run (first: "
             f"{part_name(missing[0])}); the same command classifies them"
         )
-    counts = {"documents": 0, "errors": 0, "warnings": 0, "truncated": 0}
+    counts = {"documents": 0, "errors": 0, "warnings": 0, "truncated": 0, "uncertain": 0}
     for index in range(shards):
-        table = pq.read_table(out_dir / part_name(index), columns=["error", "warning", "truncated"])
+        columns = ["error", "warning", "truncated", "uncertain"]
+        table = pq.read_table(out_dir / part_name(index), columns=columns)
         counts["documents"] += table.num_rows
         counts["errors"] += table.num_rows - table["error"].null_count
         counts["warnings"] += table.num_rows - table["warning"].null_count
         counts["truncated"] += sum(bool(v) for v in table["truncated"].to_pylist())
+        counts["uncertain"] += sum(bool(v) for v in table["uncertain"].to_pylist())
     return counts

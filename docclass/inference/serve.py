@@ -91,6 +91,8 @@ class PredictRequest(BaseModel):
     top_words: int = Field(default=0, ge=0, le=MAX_TOP_WORDS, strict=True)
     # False: the raw softmax instead of the probabilities calibrated on the validation split.
     calibrated: StrictBool = True
+    # Below this top probability a result is uncertain: no label, the model's in ``predicted``.
+    min_probability: float | None = Field(default=None, gt=0, le=1, strict=True)
 
 
 class ClassifierAPI(litserve.LitAPI):
@@ -144,12 +146,13 @@ class ClassifierAPI(litserve.LitAPI):
         batch = [requests] if single else requests
         answers: list[Any] = [None] * len(batch)
         default = self.classifier.default_method
-        by_call: dict[tuple[str, bool], list[int]] = {}
+        by_call: dict[tuple[str, bool, float | None], list[int]] = {}
         for position, request in enumerate(batch):
-            by_call.setdefault((request.method or default, request.calibrated), []).append(position)
+            key = (request.method or default, request.calibrated, request.min_probability)
+            by_call.setdefault(key, []).append(position)
         # One model call per method and calibration asked for; other options differ per
         # request, so compute the most any request asked for and trim per request below.
-        for (method, calibrated), positions in by_call.items():
+        for (method, calibrated, min_probability), positions in by_call.items():
             group = [batch[p] for p in positions]
             results = self.classifier.predict(
                 [text for request in group for text in request.texts],
@@ -158,6 +161,7 @@ class ClassifierAPI(litserve.LitAPI):
                 word_scores=any(request.word_scores for request in group),
                 method=method,
                 calibrated=calibrated,
+                min_probability=min_probability,
             )
             start = 0
             for position, request in zip(positions, group, strict=True):

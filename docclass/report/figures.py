@@ -168,6 +168,27 @@ def reliability_figure(split_figures: dict, temperature: float) -> plt.Figure:
     return figure
 
 
+def risk_coverage_figure(curve: Sequence[dict], targets: dict[str, dict]) -> plt.Figure:
+    """Share of documents accepted (most sure first) against the error rate among them, with
+    the coverage each validation-chosen threshold gives on this split."""
+    figure, axis = plt.subplots(figsize=(5.5, 4))
+    axis.plot([p["coverage"] for p in curve], [p["risk"] for p in curve], color="#4c78a8")
+    for name, target in targets.items():
+        accepted = target.get("test")
+        if accepted and accepted["documents"]:
+            risk = 1 - accepted["precision"]
+            axis.plot([accepted["coverage"]], [risk], "o", label=f"threshold for {name} precision")
+    axis.set_xlabel("share of documents labelled automatically (most sure first)")
+    axis.set_ylabel("error rate among them")
+    axis.set_xlim(0, 1)
+    axis.set_ylim(bottom=0)
+    axis.grid(alpha=0.3)
+    if axis.get_legend_handles_labels()[0]:
+        axis.legend(fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
 def write_run_figures(run_dir: str | Path) -> list[Path]:
     """``confusion_matrix.png`` and ``training_curves.png`` of a run, from its ``metrics.json``
     (and the CSV metric log it names); returns the files written."""

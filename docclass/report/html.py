@@ -40,6 +40,7 @@ from docclass.report.figures import (
     png_data_uri,
     reliability_figure,
     removal_curves_figure,
+    risk_coverage_figure,
     training_curves_figure,
 )
 from docclass.report.lexicon import class_lexicon, confusion_cells, contrastive_lexicon
@@ -568,7 +569,12 @@ def _calibration_figure(calibration: dict[str, Any] | None) -> dict[str, str]:
         return {}
     split = "test" if "test" in calibration else "validation"
     figure = reliability_figure(calibration[split], calibration["temperature"])
-    return {"reliability": png_data_uri(figure)}
+    figures = {"reliability": png_data_uri(figure)}
+    curve = calibration[split].get("risk_coverage")
+    if curve:
+        targets = calibration.get("abstention") or {}
+        figures["risk_coverage"] = png_data_uri(risk_coverage_figure(curve, targets))
+    return figures
 
 
 def _calibration_rows(calibration: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -593,7 +599,31 @@ def _calibration_rows(calibration: dict[str, Any] | None) -> dict[str, Any] | No
         "bins": calibration.get("ece_bins", 15),
         "rows": rows,
         "test_shown": "test" in calibration,
+        "abstention": _abstention_rows(calibration.get("abstention") or {}),
     }
+
+
+def _abstention_rows(targets: dict[str, dict]) -> list[dict[str, str]]:
+    """Per precision target: the validation-chosen threshold and what it accepts, as text."""
+
+    def share(accepted: dict | None) -> str:
+        if not accepted:
+            return "—"
+        if not accepted["documents"]:
+            return "none"
+        return f"{100 * accepted['coverage']:.1f} % at {100 * accepted['precision']:.1f} %"
+
+    return [
+        {
+            "target": f"{100 * float(name):g} %",
+            "threshold": "none reaches it"
+            if target["threshold"] is None
+            else f"{target['threshold']:.4f}",
+            "validation": share(target.get("validation")),
+            "test": share(target.get("test")),
+        }
+        for name, target in targets.items()
+    ]
 
 
 def _index_rows(records: Sequence[dict], documents_dir: str) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from helpers import CONFIGS
 from docclass import DocClassifier
 from docclass.artifacts.load import checkpoint_fingerprint
 from docclass.cli import main
-from docclass.errors import CheckpointError, DataError
+from docclass.errors import CheckpointError, ConfigError, DataError
 from docclass.inference.calibration import calibrate, labelled_logits
 from docclass.inference.reporting import Documents, load_documents
 from docclass.interpret.inputs import encode_documents
@@ -198,3 +198,72 @@ def test_the_report_shows_the_calibrated_probabilities_and_the_reliability_diagr
             assert ratio == pytest.approx(gap, abs=1e-3)
             checked += 1
     assert checked > 100
+
+
+def test_thresholds_are_chosen_on_validation_and_scored_on_test(fitted, ckpt, calibration):
+    """The stored acceptance figures, recomputed here through ``predict``."""
+    classifier = DocClassifier.load(ckpt, "cpu")
+    assert set(calibration["abstention"]) == {"0.95", "0.99"}
+    for split, name in (("val", "validation"), ("test", "test")):
+        documents = load_documents(str(CONFIGS / "tiny.yaml"), str(ckpt), split)
+        results = classifier.predict(documents.texts)
+        scores = [r["score"] for r in results]
+        right = [r["label"] == label for r, label in zip(results, documents.labels, strict=True)]
+        for target, chosen in calibration["abstention"].items():
+            threshold = chosen["threshold"]
+            accepted = [i for i, s in enumerate(scores) if threshold is not None and s >= threshold]
+            stored = chosen[name]
+            assert stored["documents"] == len(accepted)
+            if accepted:
+                precision = sum(right[i] for i in accepted) / len(accepted)
+                assert stored["precision"] == pytest.approx(precision, abs=1e-6)
+                if name == "validation":
+                    assert precision >= float(target)
+    curve = calibration["test"]["risk_coverage"]
+    assert curve[-1]["coverage"] == 1.0
+    assert curve[-1]["risk"] == pytest.approx(1 - calibration["test"]["after"]["accuracy"])
+
+
+def test_below_the_minimum_probability_a_label_is_withheld_not_guessed(ckpt):
+    classifier = DocClassifier.load(ckpt, "cpu")
+    texts = TEXTS * 2 + ["Shares fell.", "The match ended in a draw.", "A new phone."]
+    plain = classifier.predict(texts)
+    cut = sorted(r["score"] for r in plain)[len(plain) // 2]
+    marked = classifier.predict(texts, min_probability=cut)
+    assert {r["uncertain"] for r in marked} == {True, False}
+    for before, after in zip(plain, marked, strict=True):
+        assert after["predicted"] == before["label"] and after["probs"] == before["probs"]
+        assert after["uncertain"] == (before["score"] < cut)
+        assert after["label"] == (None if after["uncertain"] else before["label"])
+    with pytest.raises(ConfigError, match=r"min_probability 1.5: give a probability in \(0, 1\]"):
+        classifier.predict(texts, min_probability=1.5)
+
+
+def test_classify_marks_uncertain_rows_in_their_own_columns(ckpt, tmp_path, capsys):
+    import csv
+
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
+    scores = [r["score"] for r in DocClassifier.load(ckpt, "cpu").predict(TEXTS)]
+    cut = sorted(scores)[1]
+    out = tmp_path / "rows.csv"
+    main(["classify", str(inputs), "--ckpt", str(ckpt), "--out", str(out),
+          "--min_probability", str(cut), "--device", "cpu"])  # fmt: skip
+    rows = list(csv.DictReader(out.open()))
+    assert [row["uncertain"] == "True" for row in rows] == [s < cut for s in scores]
+    assert all(row["predicted"] for row in rows)
+    assert all((row["label"] == "") == (row["uncertain"] == "True") for row in rows)
+    assert "1 uncertain" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["classify", str(inputs), "--ckpt", str(ckpt), "--min_probability", "0"])
+    assert "--min_probability 0.0: give a probability in (0, 1]" in capsys.readouterr().err
+
+
+def test_the_report_lists_the_thresholds_and_draws_risk_against_coverage(fitted, calibration):
+    index = (fitted / "report" / "index.html").read_text()
+    table = index.split('id="abstention-table"')[1].split("</table>")[0]
+    for target, chosen in calibration["abstention"].items():
+        threshold = chosen["threshold"]
+        expected = "none reaches it" if threshold is None else f"{threshold:.4f}"
+        assert f'<td>{100 * float(target):g} %</td><td class="num">{expected}</td>' in table
+    assert 'alt="risk against coverage on the test split"' in index

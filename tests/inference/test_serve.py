@@ -175,8 +175,16 @@ def test_a_batch_of_requests_is_answered_request_by_request(local):
 def test_calibrated_and_raw_requests_in_one_batch_each_get_theirs(local):
     api = ClassifierAPI("unused.ckpt")
     api.classifier = local
-    requests = [PredictRequest(texts=TEXTS[:2]), PredictRequest(texts=TEXTS[:2], calibrated=False)]
-    calibrated, raw = api.predict(requests)
+    cut = sorted(r["score"] for r in local.predict(TEXTS[:2]))[1]
+    requests = [
+        PredictRequest(texts=TEXTS[:2]),
+        PredictRequest(texts=TEXTS[:2], calibrated=False),
+        PredictRequest(texts=TEXTS[:2], min_probability=cut),
+    ]
+    calibrated, raw, marked = api.predict(requests)
+    assert marked == local.predict(TEXTS[:2], min_probability=cut, word_scores=True)
+    assert [r["uncertain"] for r in marked] == [r["score"] < cut for r in calibrated]
+    assert "uncertain" not in calibrated[0]
     for answer, wanted in ((calibrated, local.predict(TEXTS[:2])),
                            (raw, local.predict(TEXTS[:2], calibrated=False))):  # fmt: skip
         for a, b in zip(answer, wanted, strict=True):

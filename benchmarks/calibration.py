@@ -1,0 +1,123 @@
+"""How calibrated the trained runs' probabilities are, before and after the temperature:
+``docclass calibrate`` on every run folder of a sweep, then ECE, Brier and NLL on test by corpus
+and candidate, with their spread over seeds.
+
+A run is calibrated on the weights its test scores were measured on: the checkpoint whose
+fingerprint ``metrics.json`` names, or, for runs written before docclass recorded it,
+``last.ckpt`` when its test accuracy recomputed here is the recorded one. The run's own saved
+config (``logs/version_N/config.yaml``) gives the splits, exactly as in training.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from docclass.artifacts.load import checkpoint_fingerprint
+from docclass.inference.calibration import calibrate_command
+
+
+def tested_checkpoint(run_dir: Path) -> tuple[Path | None, str]:
+    """The checkpoint whose weights were tested, and how that is known."""
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    named = metrics["test"].get("weights")
+    checkpoints = sorted(
+        (run_dir / "checkpoints").glob("*.ckpt"), key=lambda p: p.name != "last.ckpt"
+    )
+    if named:
+        for path in checkpoints:
+            if checkpoint_fingerprint(path) == named:
+                return path, "named by metrics.json"
+        return None, "no checkpoint holds the tested weights"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    return (last, "last.ckpt, test accuracy checked") if last.is_file() else (None, "no last.ckpt")
+
+
+def saved_config(run_dir: Path, into: Path) -> Path:
+    """The run's own resolved config (the latest logger version's), written into ``into``
+    without the arguments of the ``fit`` call itself (``ckpt_path``, ``weights_only``), which
+    only ``fit`` accepts."""
+    versions = sorted(
+        (run_dir / "logs").glob("version_*/config.yaml"),
+        key=lambda p: int(p.parent.name.split("_")[-1]),
+    )
+    if not versions:
+        raise FileNotFoundError(f"{run_dir}: no logs/version_*/config.yaml")
+    config = yaml.safe_load(versions[-1].read_text())
+    for key in ("ckpt_path", "weights_only"):
+        config.pop(key, None)
+    path = into / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def calibrate_run(run_dir: Path) -> dict[str, Any]:
+    """``docclass calibrate`` on one run folder; its figures, or why there are none."""
+    ckpt, how = tested_checkpoint(run_dir)
+    if ckpt is None:
+        return {"run": str(run_dir), "skipped": how}
+    with tempfile.TemporaryDirectory() as folder:
+        facts = calibrate_command(str(ckpt), str(saved_config(run_dir, Path(folder))))
+    recorded = json.loads((run_dir / "metrics.json").read_text())["test"]["accuracy"]
+    if abs(facts["test"]["after"]["accuracy"] - recorded) > 1e-6:
+        return {"run": str(run_dir), "skipped": f"{ckpt.name} is not the tested weights"}
+    return {"run": str(run_dir), "checkpoint": str(ckpt), "chosen": how, **facts}
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {
+        "mean": round(float(np.mean(values)), 4),
+        "std": round(float(np.std(values, ddof=1)) if len(values) > 1 else 0.0, 4),
+    }
+
+
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per ``corpus/candidate``: the seeds, the temperature and every score before and after on
+    both splits, as mean and sample standard deviation over the seeds."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        if "skipped" not in run:
+            folder = Path(run["run"])
+            # Seeds of one config are grouped; a lone run folder is its own group.
+            group = folder.parent if folder.name.startswith("seed") else folder
+            groups.setdefault(str(group), []).append(run)
+    summary = {}
+    for group, members in sorted(groups.items()):
+        row: dict[str, Any] = {
+            "seeds": len(members),
+            "temperature": _spread([m["temperature"] for m in members]),
+        }
+        for split in ("validation", "test"):
+            for when in ("before", "after"):
+                for score in ("ece", "brier", "nll"):
+                    values = [m[split][when][score] for m in members]
+                    row[f"{split}_{score}_{when}"] = _spread(values)
+        summary["/".join(Path(group).parts[-2:])] = row
+    return summary
+
+
+def calibration_markdown(summary: dict[str, Any]) -> str:
+    """The table docs/calibration.md quotes."""
+    lines = [
+        "| corpus / config | seeds | temperature | test ECE raw | test ECE calibrated | "
+        "test NLL raw → calibrated | validation ECE raw → calibrated |",
+        "|---|---|---|---|---|---|---|",
+    ]
+
+    def cell(value: dict[str, float]) -> str:
+        return f"{value['mean']:.3f} ± {value['std']:.3f}"
+
+    for name, row in summary.items():
+        lines.append(
+            f"| {name} | {row['seeds']} | {cell(row['temperature'])} | "
+            f"{cell(row['test_ece_before'])} | **{cell(row['test_ece_after'])}** | "
+            f"{row['test_nll_before']['mean']:.3f} → {row['test_nll_after']['mean']:.3f} | "
+            f"{row['validation_ece_before']['mean']:.3f} → "
+            f"{row['validation_ece_after']['mean']:.3f} |"
+        )
+    return "\n".join(lines) + "\n"
