@@ -166,3 +166,25 @@ def risk_coverage(probs: torch.Tensor, labels: torch.Tensor, points: int = 100) 
         }
         for k in steps
     ]
+
+
+def ece_if_calibrated(probs: torch.Tensor, draws: int = 200, seed: int = 0) -> float:
+    """The ECE these probabilities would show on this many documents if they were exactly
+    right: labels drawn from the probabilities themselves (``draws`` times, seeded), scored
+    like the real ones. Binning a few hundred documents leaves this much even for a perfect
+    model, so an ECE near it is as good as the split can tell."""
+    probs = probs.detach().double().cpu()
+    generator = torch.Generator().manual_seed(seed)
+    classes = probs.shape[1]
+    values = [
+        float(
+            multiclass_calibration_error(
+                probs,
+                torch.multinomial(probs, 1, generator=generator).squeeze(1),
+                classes,
+                ECE_BINS,
+            )
+        )
+        for _ in range(draws)
+    ]
+    return round(sum(values) / draws, 6)

@@ -40,7 +40,7 @@ compact = [
     {
         **run,
         **{
-            split: {when: run[split][when] for when in ("before", "after")}
+            split: {key: run[split][key] for key in ("before", "after", "ece_if_calibrated")}
             for split in ("validation", "test")
             if split in run
         },

@@ -11,6 +11,7 @@ from docclass.calibration import (
     TEMPERATURE_RANGE,
     accepted_at,
     calibration_scores,
+    ece_if_calibrated,
     fit_temperature,
     precision_threshold,
     reliability_bins,
@@ -138,3 +139,18 @@ def test_a_precision_exactly_at_the_target_reaches_it():
     labels[9] = 1
     assert precision_threshold(probs, labels, 0.95) == 0.6
     assert precision_threshold(probs, labels, 0.96) == np.floor(float(confidence[8]) * 1e4) / 1e4
+
+
+def test_the_ece_a_perfect_model_would_show_shrinks_with_the_documents():
+    logits, _ = miscalibrated(4_000, 5, 1.0, seed=7)
+    probs = torch.softmax(logits, -1)
+    few, many = ece_if_calibrated(probs[:250]), ece_if_calibrated(probs)
+    assert 0 < many < few  # binning noise, about 1/sqrt(N)
+    assert few / many == pytest.approx(4, rel=0.35)
+    assert ece_if_calibrated(probs[:250]) == few  # seeded
+    # Labels drawn from the probabilities: the ECE measured is of the floor's size.
+    labels = torch.multinomial(probs[:250], 1, generator=torch.Generator().manual_seed(9))
+    measured = calibration_scores(probs[:250], labels.squeeze(1))["ece"]
+    assert measured < 2.5 * few
+    sure = torch.nn.functional.one_hot(torch.arange(6) % 3, 3).double()
+    assert ece_if_calibrated(sure) == 0.0

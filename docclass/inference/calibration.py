@@ -22,6 +22,7 @@ from docclass.calibration import (
     ECE_BINS,
     accepted_at,
     calibration_scores,
+    ece_if_calibrated,
     fit_temperature,
     precision_threshold,
     reliability_bins,
@@ -79,6 +80,8 @@ def _before_and_after(
             "after": reliability_bins(scaled, labels),
         },
         "risk_coverage": risk_coverage(scaled, labels),
+        # What a perfectly calibrated model would show on this many documents (noise).
+        "ece_if_calibrated": ece_if_calibrated(scaled),
     }
 
 

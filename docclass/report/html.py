@@ -585,6 +585,9 @@ def _calibration_rows(calibration: dict[str, Any] | None) -> dict[str, Any] | No
         {
             "split": split,
             "documents": calibration[split]["after"]["documents"],
+            "floor": f"{calibration[split]['ece_if_calibrated']:.3f}"
+            if "ece_if_calibrated" in calibration[split]
+            else "—",
             **{
                 score: f"{calibration[split]['before'][score]:.3f} → "
                 f"{calibration[split]['after'][score]:.3f}"
