@@ -18,8 +18,10 @@ from typing import Any
 import numpy as np
 import yaml
 
-from docclass.artifacts.load import checkpoint_fingerprint
-from docclass.inference.calibration import calibrate_command
+from docclass.artifacts.load import checkpoint_fingerprint, load_classifier
+from docclass.inference.calibration import calibrate, write_calibration
+from docclass.inference.reporting import documents_from_datamodule
+from docclass.train.lightning_cli import datamodule_from_config
 
 
 def tested_checkpoint(run_dir: Path) -> tuple[Path | None, str]:
@@ -57,15 +59,24 @@ def saved_config(run_dir: Path, into: Path) -> Path:
 
 
 def calibrate_run(run_dir: Path) -> dict[str, Any]:
-    """``docclass calibrate`` on one run folder; its figures, or why there are none."""
+    """Calibrate one run folder's tested weights (as ``docclass calibrate`` does); its figures,
+    or why there are none. Nothing is written for weights that turn out not to be the tested
+    ones."""
     ckpt, how = tested_checkpoint(run_dir)
     if ckpt is None:
         return {"run": str(run_dir), "skipped": how}
+    overrides = ["--data.tokenizer_from", str(ckpt)]
+    if (run_dir / "split.json").is_file():
+        overrides += ["--data.split_file", str(run_dir / "split.json")]
     with tempfile.TemporaryDirectory() as folder:
-        facts = calibrate_command(str(ckpt), str(saved_config(run_dir, Path(folder))))
+        datamodule = datamodule_from_config(saved_config(run_dir, Path(folder)), overrides)
+    validation = documents_from_datamodule(datamodule, "val")
+    test = documents_from_datamodule(datamodule, "test")
+    facts = calibrate(load_classifier(ckpt), validation, test)
     recorded = json.loads((run_dir / "metrics.json").read_text())["test"]["accuracy"]
     if abs(facts["test"]["after"]["accuracy"] - recorded) > 1e-6:
         return {"run": str(run_dir), "skipped": f"{ckpt.name} is not the tested weights"}
+    write_calibration(run_dir, facts)
     return {"run": str(run_dir), "checkpoint": str(ckpt), "chosen": how, **facts}
 
 

@@ -14,21 +14,29 @@ log-likelihood.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 from torchmetrics.functional.classification import multiclass_calibration_error
 
 ECE_BINS = 15
-# A temperature is fitted within these bounds: a validation split the model gets entirely right
-# has no finite best temperature (the likelihood keeps rising as T falls), and one it gets
-# entirely wrong none either.
+# A temperature is fitted within these bounds, and a stored one must lie within them: a
+# validation split the model gets entirely right has no finite best temperature (the
+# likelihood keeps rising as T falls), and one it gets entirely wrong none either.
 TEMPERATURE_RANGE = (0.05, 20.0)
+# Probabilities are shown, and compared with a threshold, rounded to this many decimals.
+SHOWN_DECIMALS = 6
 
 
-def fit_temperature(logits: torch.Tensor, labels: torch.Tensor) -> float:
+def fit_temperature(logits: torch.Tensor, labels: torch.Tensor) -> float | None:
     """The temperature ``T`` that maximises the likelihood of ``labels`` under
-    ``softmax(logits / T)``, within :data:`TEMPERATURE_RANGE`.
+    ``softmax(logits / T)``; None when the best lies outside :data:`TEMPERATURE_RANGE`.
+
+    A split the model gets entirely right has no best temperature (the likelihood keeps rising
+    as T falls to 0, every probability towards 1); one on which a bound wins says as little.
+    Applying the bound would make every probability, the errors' included, nearly 1 or
+    uniform: the caller keeps the raw probabilities instead.
 
     Args:
         logits: ``[N, C]`` of held-out documents (never the test split).
@@ -47,10 +55,8 @@ def fit_temperature(logits: torch.Tensor, labels: torch.Tensor) -> float:
     # The negative log-likelihood is convex in 1/T, so its slope rises with 1/T: bisection
     # finds where it crosses zero (or the bound it never crosses before) to float precision.
     low, high = 1 / TEMPERATURE_RANGE[1], 1 / TEMPERATURE_RANGE[0]
-    if slope(low) >= 0:
-        return TEMPERATURE_RANGE[1]
-    if slope(high) <= 0:
-        return TEMPERATURE_RANGE[0]
+    if slope(low) >= 0 or slope(high) <= 0:
+        return None
     for _ in range(100):
         middle = (low + high) / 2
         low, high = (middle, high) if slope(middle) < 0 else (low, middle)
@@ -82,22 +88,24 @@ def calibration_scores(probs: torch.Tensor, labels: torch.Tensor) -> dict[str, A
 
 
 def reliability_bins(probs: torch.Tensor, labels: torch.Tensor) -> list[dict[str, Any]]:
-    """The reliability diagram's bars: for each of :data:`ECE_BINS` equal-width bins of the
-    top probability, the documents in it, their mean top probability and their accuracy
-    (empty bins left out). The last bin holds a top probability of exactly 1."""
-    probs, labels = probs.detach().double().cpu(), labels.detach().long().cpu()
-    confidence, predicted = probs.max(dim=1)
-    correct = (predicted == labels).double()
-    index = (confidence * ECE_BINS).floor().long().clamp(max=ECE_BINS - 1)
+    """The reliability diagram's bars, binned as torchmetrics bins the ECE: for each of
+    :data:`ECE_BINS` equal-width bins of the top probability (in float32; a top probability
+    of exactly 1 is a bin of its own, ``low == high == 1``), the documents in it, their mean
+    top probability and their accuracy (empty bins left out). The bars' accuracy gaps,
+    weighted by their documents, add up to :func:`calibration_scores`' ECE."""
+    confidence, correct = _confidence_and_correct(probs, labels)
+    confidence = confidence.float().double()  # torchmetrics' precision
+    edges = torch.linspace(0, 1, ECE_BINS + 1, dtype=torch.float64)
+    index = torch.bucketize(confidence, edges, right=True) - 1
     bins = []
-    for b in range(ECE_BINS):
+    for b in range(ECE_BINS + 1):
         members = index == b
         count = int(members.sum())
         if count:
             bins.append(
                 {
-                    "low": round(b / ECE_BINS, 6),
-                    "high": round((b + 1) / ECE_BINS, 6),
+                    "low": round(float(edges[b]), 6),
+                    "high": round(float(edges[min(b + 1, ECE_BINS)]), 6),
                     "documents": count,
                     "confidence": round(float(confidence[members].mean()), 6),
                     "accuracy": round(float(correct[members].mean()), 6),
@@ -112,16 +120,25 @@ def _confidence_and_correct(probs: torch.Tensor, labels: torch.Tensor):
     return confidence, (predicted == labels).double()
 
 
+def least_documents(target: float) -> int:
+    """The fewest accepted documents a threshold for ``target`` precision may rest on: enough
+    that one error among them would still be within the target (20 for 95 %, 100 for 99 %).
+    On fewer, a threshold would mean the handful of surest documents happened to be right."""
+    return math.ceil(1 / (1 - target) - 1e-9)
+
+
 def precision_threshold(
     probs: torch.Tensor, labels: torch.Tensor, target: float, decimals: int = 4
 ) -> float | None:
     """The lowest threshold ``t`` (a multiple of ``10**-decimals``, so that it can be written
-    down and passed to ``classify --min_probability`` as it is) at which the documents with a
-    top probability of at least ``t`` are labelled right at least ``target`` of the time: the
-    threshold that accepts the most documents at that precision. None when none reaches it.
+    down and passed to ``classify --min_probability`` as it is) at which the documents whose
+    top probability, as shown (:data:`SHOWN_DECIMALS`), is at least ``t`` are labelled right at
+    least ``target`` of the time, and number at least :func:`least_documents`: the threshold
+    that accepts the most documents at that precision. None when none reaches it.
 
     Choose it on validation: on the split it is scored on it would be fitted to its noise."""
     confidence, correct = _confidence_and_correct(probs, labels)
+    confidence = confidence.round(decimals=SHOWN_DECIMALS)
     scale = 10**decimals
     # Every accepted set a grid threshold can make: each document's probability rounded down
     # to the grid (it and everything above it), and 1.
@@ -131,14 +148,15 @@ def precision_threshold(
     # How many documents each threshold accepts: those at or above it.
     accepted = torch.searchsorted(-confidence[order], -grid, right=True)
     # A hair of slack: 0.95 · 20 need not be 19 in binary, and 19 of 20 right reaches 95 %.
-    reaching = (accepted > 0) & (right[accepted] >= target * accepted - 1e-9)
+    reaching = (accepted >= least_documents(target)) & (right[accepted] >= target * accepted - 1e-9)
     return round(float(grid[reaching].min()), decimals) if reaching.any() else None
 
 
 def accepted_at(probs: torch.Tensor, labels: torch.Tensor, threshold: float | None) -> dict:
-    """Coverage (the share of documents whose top probability is at least ``threshold``) and
-    the precision among them (None when none are)."""
+    """Coverage (the share of documents whose top probability, as shown, is at least
+    ``threshold``) and the precision among them (None when none are)."""
     confidence, correct = _confidence_and_correct(probs, labels)
+    confidence = confidence.round(decimals=SHOWN_DECIMALS)
     accepted = (
         confidence >= threshold if threshold is not None else torch.zeros_like(correct).bool()
     )
@@ -154,6 +172,7 @@ def risk_coverage(probs: torch.Tensor, labels: torch.Tensor, points: int = 100) 
     """The risk–coverage curve: accepting documents from the most sure down, the share accepted
     against the error rate among them, at about ``points`` coverages (and the last)."""
     confidence, correct = _confidence_and_correct(probs, labels)
+    confidence = confidence.round(decimals=SHOWN_DECIMALS)
     order = torch.argsort(confidence, descending=True, stable=True)
     errors = (1 - correct[order]).cumsum(0)
     n = len(order)

@@ -111,7 +111,8 @@ def doc_class_cli() -> type:
                 max_tokens=self.datamodule.max_tokens,
             )
             device = str(self.model.device)
-            self._calibrate(classifier, run_dir, device)
+            if self.config.fit.get("calibrate_after_fit", True):
+                self._calibrate(classifier, run_dir, device)
             if not self.config.fit.get("report_after_fit"):
                 return
             summary = make_report(

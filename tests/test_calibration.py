@@ -13,6 +13,7 @@ from docclass.calibration import (
     calibration_scores,
     ece_if_calibrated,
     fit_temperature,
+    least_documents,
     precision_threshold,
     reliability_bins,
     risk_coverage,
@@ -42,10 +43,15 @@ def test_the_fitted_temperature_is_the_likelihood_maximum_a_grid_search_finds():
     assert fit_temperature(logits, labels) == pytest.approx(grid[int(np.argmin(nll))], rel=2e-3)
 
 
-def test_a_split_the_model_gets_entirely_right_stops_at_the_lower_bound():
+def test_a_split_the_model_gets_entirely_right_has_no_temperature():
     logits = torch.tensor([[4.0, 0.0], [0.0, 3.0], [5.0, 1.0]])
     labels = torch.tensor([0, 1, 0])
-    assert fit_temperature(logits, labels) == pytest.approx(TEMPERATURE_RANGE[0])
+    assert fit_temperature(logits, labels) is None  # not the bound: every probability near 1
+    # Entirely wrong: the best is past the upper bound, uniform probabilities.
+    assert fit_temperature(logits, 1 - labels) is None
+    # One error makes the best temperature finite, inside the range.
+    one_wrong = torch.tensor([0, 1, 1])
+    assert TEMPERATURE_RANGE[0] < fit_temperature(logits, one_wrong) < TEMPERATURE_RANGE[1]
     with pytest.raises(ValueError, match="no documents"):
         fit_temperature(torch.zeros(0, 2), torch.zeros(0, dtype=torch.long))
 
@@ -72,13 +78,15 @@ def test_the_scores_match_references_computed_another_way():
     assert scores["documents"] == 300
 
 
-def test_the_diagrams_bins_add_up_to_the_expected_calibration_error():
+@pytest.mark.parametrize("sharpness", [1, 12])
+def test_the_diagrams_bins_add_up_to_the_expected_calibration_error(sharpness):
     logits, labels = miscalibrated(1_000, 4, 0.6, seed=4)
-    probs = torch.softmax(logits, -1)
-    assert probs.max() < 1  # a top probability of exactly 1 has a bin of its own in torchmetrics
+    # Sharpened, many top probabilities are exactly 1 in float32: torchmetrics bins them apart.
+    probs = torch.softmax(sharpness * logits, -1)
+    assert (probs.max(-1).values.float() == 1).any() == (sharpness > 1)
     bins = reliability_bins(probs, labels)
     assert sum(b["documents"] for b in bins) == 1_000
-    assert all(b["low"] <= b["confidence"] < b["high"] for b in bins)
+    assert all(b["low"] <= b["confidence"] < b["high"] or b["low"] == 1 for b in bins)
     ece = sum(b["documents"] / 1_000 * abs(b["accuracy"] - b["confidence"]) for b in bins)
     assert ece == pytest.approx(calibration_scores(probs, labels)["ece"], abs=1e-5)
 
@@ -94,7 +102,8 @@ def test_the_precision_threshold_is_the_lowest_on_its_grid_that_reaches_the_targ
     reference = None
     for t in np.arange(10_001) / 10_000:  # every multiple of 1e-4, lowest first
         accepted = confidence >= t
-        if accepted.any() and correct[accepted].mean() >= target:
+        enough = accepted.sum() >= least_documents(target)
+        if enough and correct[accepted].mean() >= target:
             reference = float(t)
             break
     assert (threshold is None) == (reference is None)
@@ -104,6 +113,19 @@ def test_the_precision_threshold_is_the_lowest_on_its_grid_that_reaches_the_targ
         lowest = float(confidence[confidence >= threshold].min())
         assert threshold == np.floor(lowest * 10_000) / 10_000
         assert accepted_at(probs, labels, threshold)["precision"] >= target
+
+
+def test_a_threshold_never_rests_on_a_handful_of_documents():
+    assert [least_documents(t) for t in (0.8, 0.95, 0.99)] == [5, 20, 100]
+    # The 98 surest documents are right, the rest wrong: 98 are too few to vouch for 99 %, and
+    # any more are under 99 % right.
+    confidence = torch.linspace(0.999, 0.501, 200, dtype=torch.float64)
+    probs = torch.stack([confidence, 1 - confidence], dim=1)
+    labels = (torch.arange(200) >= 98).long()
+    assert precision_threshold(probs, labels, 0.99) is None
+    assert accepted_at(probs, labels, precision_threshold(probs, labels, 0.95)) == {
+        "coverage": 0.515, "precision": pytest.approx(98 / 103, abs=1e-6), "documents": 103
+    }  # fmt: skip
 
 
 def test_no_threshold_reaches_a_precision_above_the_best_documents():
@@ -138,7 +160,9 @@ def test_a_precision_exactly_at_the_target_reaches_it():
     labels = torch.zeros(20, dtype=torch.long)
     labels[9] = 1
     assert precision_threshold(probs, labels, 0.95) == 0.6
-    assert precision_threshold(probs, labels, 0.96) == np.floor(float(confidence[8]) * 1e4) / 1e4
+    # For 90 % (10 documents at least): the nine surest are right but too few, the tenth is
+    # wrong (9 of 10), and all 20 are 95 % right: every document.
+    assert precision_threshold(probs, labels, 0.9) == 0.6
 
 
 def test_the_ece_a_perfect_model_would_show_shrinks_with_the_documents():

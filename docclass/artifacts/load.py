@@ -4,6 +4,7 @@ imported."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -40,6 +41,14 @@ class TrainedClassifier:
     def fingerprint(self) -> str:
         """The weights' fingerprint: what a measured figure must name to belong to them."""
         return weights_fingerprint(self.model.state_dict())
+
+    def with_temperature(self, temperature: float) -> TrainedClassifier:
+        """The same classifier (the same network object) whose records divide the logits by
+        ``temperature``; this one is left as it is."""
+        copy = dataclasses.replace(self, temperature=temperature)
+        if "fingerprint" in self.__dict__:  # the same weights: no need to hash them again
+            copy.__dict__["fingerprint"] = self.__dict__["fingerprint"]
+        return copy
 
 
 def read_artifact(spec: str | Path) -> dict[str, Any]:

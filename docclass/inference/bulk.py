@@ -99,7 +99,12 @@ def classify_command(
         f" ({counts['errors']} errors, {counts['warnings']} warnings, "
         f"{counts['truncated']} truncated"
         + (f", {counts['uncertain']} uncertain" if min_probability is not None else "")
-        + ")",
+        + "); probabilities "
+        + (
+            f"calibrated (temperature {counts['temperature']:g})"
+            if counts.get("temperature") is not None
+            else "raw (no calibration for these weights, or --calibrated false)"
+        ),
         file=sys.stderr,
     )
     if strict and counts["errors"]:

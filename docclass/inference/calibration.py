@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -30,7 +30,7 @@ from docclass.calibration import (
     scaled_probabilities,
 )
 from docclass.errors import CheckpointError, DataError
-from docclass.inference.model_facts import CALIBRATION_FILE, run_dir_of
+from docclass.inference.model_facts import CALIBRATION_FILE, read_json, run_dir_of
 from docclass.inference.reporting import CONFIG_SUFFIXES, Documents, documents_from_datamodule
 from docclass.interpret.inputs import encode_documents, forward_batches
 from docclass.train.lightning_cli import datamodule_from_config
@@ -58,8 +58,9 @@ def labelled_logits(
     encoded = encode_documents(classifier.tokenizer, documents.texts, classifier.max_tokens)
     rows: dict[int, torch.Tensor] = {}
     for indices, out in forward_batches(model, encoded, batch_size, device):
+        batch = out.logits.float().cpu()
         for row, i in enumerate(indices):
-            rows[i] = out.logits[row].float().cpu()
+            rows[i] = batch[row]
     labelled = [i for i in sorted(rows) if documents.labels[i]]
     if not labelled:
         return torch.zeros(0, len(known)), torch.zeros(0, dtype=torch.long)
@@ -113,18 +114,29 @@ def calibrate(
     device: str = "cpu",
 ) -> dict[str, Any]:
     """The temperature fitted on ``validation`` and the scores before and after it on both
-    splits (with each split's reliability bins), for the weights they name."""
+    splits (with each split's reliability bins), for the weights they name.
+
+    Where no temperature fits (a validation split the model gets entirely right), the
+    temperature is 1, the raw probabilities, and ``fit`` says why."""
     logits, labels = labelled_logits(classifier, validation, device)
     if not len(labels):
         raise DataError(f"{validation.description}: no labelled document to fit a temperature on")
-    temperature = fit_temperature(logits, labels)
+    fitted = fit_temperature(logits, labels)
+    # Everything below uses the temperature as stored, the one predict() will divide by.
+    temperature = round(fitted, 6) if fitted is not None else 1.0
     facts: dict[str, Any] = {
         "weights": classifier.fingerprint,
-        "temperature": round(temperature, 6),
+        "temperature": temperature,
+        "fit": "likelihood"
+        if fitted is not None
+        else "no temperature in the range fits (a validation split the model gets entirely "
+        "right, say): the raw probabilities are kept",
         "fitted_on": validation.description,
         "ece_bins": ECE_BINS,
         "validation": _before_and_after(logits, labels, temperature),
     }
+    if fitted is None:
+        log.warning("%s: %s", validation.description, facts["fit"])
     scored = None
     if test is not None:
         scored = labelled_logits(classifier, test, device)
@@ -138,24 +150,28 @@ def calibrate(
 
 
 def write_calibration(run_dir: Path, facts: dict[str, Any]) -> Path:
-    """``<run>/calibration.json``, and the before/after scores into ``metrics.json`` when it
-    holds the test scores of the same weights."""
+    """Add these weights' calibration to ``<run>/calibration.json`` (one entry per set of
+    weights: calibrating ``best.ckpt`` keeps ``last.ckpt``'s), and put its scores into
+    ``metrics.json`` when that holds the test scores of the same weights."""
     path = run_dir / CALIBRATION_FILE
-    path.write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
+    known = read_json(path) or {}
+    by_weights = dict(known.get("by_weights") or {})
+    by_weights[facts["weights"]] = facts
+    path.write_text(json.dumps({"by_weights": by_weights}, indent=2) + "\n", encoding="utf-8")
     metrics_path = run_dir / "metrics.json"
-    if metrics_path.is_file():
-        metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
-        if (metrics.get("test") or {}).get("weights") == facts["weights"]:
-            metrics["calibration"] = {
-                "temperature": facts["temperature"],
-                "abstention": facts.get("abstention"),
-                **{
-                    split: {"before": facts[split]["before"], "after": facts[split]["after"]}
-                    for split in ("validation", "test")
-                    if split in facts
-                },
-            }
-            metrics_path.write_text(json.dumps(metrics, indent=2, default=str), encoding="utf-8")
+    metrics = read_json(metrics_path)
+    if metrics and (metrics.get("test") or {}).get("weights") == facts["weights"]:
+        metrics["calibration"] = {
+            "temperature": facts["temperature"],
+            "fit": facts["fit"],
+            "abstention": facts.get("abstention"),
+            **{
+                split: {"before": facts[split]["before"], "after": facts[split]["after"]}
+                for split in ("validation", "test")
+                if split in facts
+            },
+        }
+        metrics_path.write_text(json.dumps(metrics, indent=2, default=str), encoding="utf-8")
     return path
 
 
@@ -169,24 +185,18 @@ def summary_line(facts: dict[str, Any]) -> str:
 def calibrate_command(
     ckpt: str,
     data: str,
-    split: str = "val",
-    test_split: str | None = "test",
+    test_split: Literal["test"] | None = "test",
     device: str = "cpu",
 ) -> dict[str, Any]:
-    """Fit a checkpoint's temperature on its validation split and write calibration.json into
-    its run folder (docclass fit does this after testing).
+    """Fit a checkpoint's temperature on its run's validation split and add it to
+    calibration.json in its run folder (docclass fit does this for the weights it tested).
 
     Args:
         ckpt: checkpoint written by 'docclass fit' (in <run>/checkpoints/).
-        data: the run's YAML config: its splits exactly as in training.
-        split: the split the temperature is fitted on; never the test split.
-        test_split: a split scored before and after (null: none).
+        data: the run's YAML config; the split is the run's own split.json where it has one.
+        test_split: score the test split before and after too (null: do not).
         device: cpu, cuda, ...
     """
-    if split == test_split:
-        raise DataError(
-            f"--split {split}: the temperature is never fitted on the split it is scored on"
-        )
     run_dir = run_dir_of(ckpt)
     if run_dir is None:
         raise CheckpointError(
@@ -197,9 +207,14 @@ def calibrate_command(
         # A bare source may lack the split, and reading another in its place (its training
         # documents, say) would fit a temperature the model is sure of for the wrong reason.
         raise DataError(f"--data {data}: give the run's YAML config, which fixes its splits")
+    overrides = ["--data.tokenizer_from", str(ckpt)]
+    split_file = run_dir / "split.json"
+    if split_file.is_file():
+        # The documents the run held out, whatever the config's seed or fractions say now.
+        overrides += ["--data.split_file", str(split_file)]
     classifier = load_classifier(ckpt)
-    datamodule = datamodule_from_config(data, ["--data.tokenizer_from", str(ckpt)])
-    validation = documents_from_datamodule(datamodule, split)
+    datamodule = datamodule_from_config(data, overrides)
+    validation = documents_from_datamodule(datamodule, "val")
     test = documents_from_datamodule(datamodule, test_split) if test_split else None
     facts = calibrate(classifier, validation, test, device)
     path = write_calibration(run_dir, facts)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from docclass.artifacts.load import TrainedClassifier, load_classifier
-from docclass.calibration import scaled_probabilities
+from docclass.calibration import TEMPERATURE_RANGE, scaled_probabilities
 from docclass.errors import ConfigError
 from docclass.inference.model_facts import model_calibration, model_default_method
 from docclass.interpret.default_method import UNMEASURED_DEFAULT, DefaultMethod
@@ -184,6 +184,9 @@ def classify_texts(
     """
     if method not in API_METHODS:
         raise ConfigError(f"method {method!r}: choose one of {', '.join(API_METHODS)}")
+    low, high = TEMPERATURE_RANGE
+    if not low <= temperature <= high and temperature != 1.0:
+        raise ConfigError(f"temperature {temperature}: not in [{low}, {high}]")
     if min_probability is not None and not 0 < min_probability <= 1:
         raise ConfigError(
             f"min_probability {min_probability}: give a probability in (0, 1], such as a "
@@ -220,8 +223,9 @@ class DocClassifier:
         trained: the checkpoint's network, tokenizer, labels and token limit.
         device: ``auto`` (CUDA when available), ``cpu``, ``cuda``, ``cuda:1``, …
         default: the word-score method to explain with (by default the folder's recorded one).
-        calibration: the temperature and its figures, measured on these weights (by default
-            the folder's recorded one); None: the probabilities stay raw.
+        calibration: the temperature and its figures, measured on these weights; by default
+            the model folder's recorded one (a checkpoint, or a folder without one: the
+            probabilities stay raw).
     """
 
     def __init__(
@@ -240,8 +244,9 @@ class DocClassifier:
         self.calibration = calibration or model_calibration(
             "", trained.folder_config, lambda: trained.fingerprint
         )
-        # explain() builds records from ``trained``: their probabilities are predict()'s.
-        self.trained.temperature = self.temperature
+        # explain() builds records from ``trained``: their probabilities are predict()'s. A
+        # copy, so the caller's classifier keeps its own.
+        self.trained = trained.with_temperature(self.temperature)
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto") -> DocClassifier:
@@ -264,6 +269,23 @@ class DocClassifier:
     @property
     def calibrated(self) -> bool:
         return self.calibration is not None
+
+    def check_threshold(self, min_probability: float | None, calibrated: bool = True) -> None:
+        """Refuse a ``min_probability`` that would be held against probabilities it was not
+        chosen on: thresholds are chosen on the calibrated ones (the report lists them), and
+        against raw ones would accept another set of documents without a word."""
+        if min_probability is None:
+            return
+        if not calibrated:
+            raise ConfigError(
+                f"min_probability {min_probability}: thresholds apply to the calibrated "
+                "probabilities; do not ask for the raw ones (calibrated false) with it"
+            )
+        if not self.calibrated:
+            raise ConfigError(
+                f"min_probability {min_probability}: these weights have no calibration; run "
+                "'docclass calibrate --ckpt <checkpoint> --data <its config>' first"
+            )
 
     @property
     def default_method(self) -> str:
@@ -313,6 +335,7 @@ class DocClassifier:
         """
         if isinstance(texts, str):
             texts = [texts]
+        self.check_threshold(min_probability, calibrated)
         return classify_texts(
             self.trained,
             list(texts),

@@ -331,12 +331,15 @@ def run_classify(
     from tqdm import tqdm
 
     classifier = DocClassifier.load(ckpt, device)
+    classifier.check_threshold(min_probability, calibrated)  # before any output is written
     kind = output_kind(out)
     to_stdout = out is None or out == "-"
     if not to_stdout:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
     handle = sys.stdout if to_stdout else open(out, "w", encoding="utf-8", newline="")
     counts = {"documents": 0, "errors": 0, "warnings": 0, "truncated": 0, "uncertain": 0}
+    # Which probabilities the rows carry, for the summary line.
+    counts["temperature"] = classifier.temperature if calibrated and classifier.calibrated else None
     show = sys.stderr.isatty() if progress is None else progress
     try:
         writer = RowWriter(handle, kind, classifier.labels)

@@ -19,11 +19,11 @@ from docclass.artifacts.load import TrainedClassifier, load_classifier
 from docclass.artifacts.locate import HUB_FILES
 from docclass.errors import CheckpointError, ConfigError, one_line
 from docclass.inference.model_facts import (
-    CALIBRATION_FILE,
     choose_default,
     faithfulness_tables,
     measured_on,
     read_json,
+    run_calibration,
     run_dir_of,
 )
 from docclass.interpret.default_method import DefaultMethod
@@ -67,7 +67,7 @@ def run_facts(run_dir: Path | None, fingerprint: str) -> dict[str, Any]:
     if model_settings.get("encoder"):
         facts["started_from"] = model_settings["encoder"]
     facts["faithfulness"] = faithfulness_tables(run_dir / "report", fingerprint)
-    calibration = measured_on(read_json(run_dir / CALIBRATION_FILE), fingerprint)
+    calibration = run_calibration(run_dir, lambda: fingerprint)
     if calibration:
         # The folder's own weights are the ones measured: the fingerprint is not copied.
         facts["calibration"] = {k: v for k, v in calibration.items() if k != "weights"}

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from docclass.calibration import TEMPERATURE_RANGE
 from docclass.errors import CheckpointError, one_line
 from docclass.interpret.default_method import REPORT_TABLE, DefaultMethod, default_method
 from docclass.interpret.records import RECORD_METHODS
@@ -60,24 +61,28 @@ def model_calibration(
 
 
 def run_calibration(run_dir: Path | None, fingerprint: Callable[[], str]) -> dict[str, Any] | None:
-    """A run folder's ``calibration.json`` when it names these weights, else None."""
+    """These weights' entry in a run folder's ``calibration.json`` (one per set of weights the
+    run calibrated), else None."""
     if run_dir is None:
         return None
-    measured = measured_on(read_json(run_dir / CALIBRATION_FILE), fingerprint())
+    by_weights = (read_json(run_dir / CALIBRATION_FILE) or {}).get("by_weights") or {}
+    measured = by_weights.get(fingerprint())
     return _checked_calibration(measured, run_dir / CALIBRATION_FILE) if measured else None
 
 
 def _checked_calibration(facts: Any, where: Path) -> dict[str, Any]:
     temperature = facts.get("temperature") if isinstance(facts, dict) else None
-    # A bool is an int to Python; a temperature of true is a broken file, not 1.
+    low, high = TEMPERATURE_RANGE
+    # A bool is an int to Python; a temperature of true is a broken file, not 1. Outside the
+    # range a fit can give, a temperature would make every probability 0, 1 or NaN.
     if (
         isinstance(temperature, bool)
         or not isinstance(temperature, (int, float))
-        or not (0 < temperature < float("inf"))
+        or not (low <= temperature <= high)
     ):
         raise CheckpointError(
-            f"{where}: calibration temperature {temperature!r} is not a positive number; "
-            "calibrate again with 'docclass calibrate'"
+            f"{where}: calibration temperature {temperature!r} is not a number in "
+            f"[{low}, {high}]; calibrate again with 'docclass calibrate'"
         )
     return facts
 

@@ -564,8 +564,7 @@ def classify_on_ray(
             "0.5 for two workers a GPU); without it workers run on CPUs"
         )
     out_dir = Path(out)
-    settings = _model_settings(ckpt, top_words, method, batch_size, calibrated)
-    settings["min_probability"] = min_probability  # a resumed run must mark rows alike
+    settings = _model_settings(ckpt, top_words, method, batch_size, calibrated, min_probability)
     settings["device"] = device if num_gpus else "cpu"  # one run's rows come from one device
     plan = build_plan(inputs, text_column, settings, shard_documents)
     with _only_run(out_dir):
@@ -589,6 +588,7 @@ def classify_on_ray(
             "shards": shards,
             "shards_skipped": shards - len(todo),
             "shards_classified": len(todo),
+            "temperature": settings["temperature"] if settings["calibrated"] else None,
             # Keyed by host:pid, so a worker Ray restarted counts again.
             "worker_processes": len(peaks),
             "worker_peak_rss_mib": peaks,
@@ -628,13 +628,19 @@ def _only_run(out: Path) -> Iterator[None]:
 
 
 def _model_settings(
-    ckpt: str, top_words: int, method: str | None, batch_size: int, calibrated: bool = True
+    ckpt: str,
+    top_words: int,
+    method: str | None,
+    batch_size: int,
+    calibrated: bool = True,
+    min_probability: float | None = None,
 ) -> dict[str, Any]:
     """What the plan records of the model. Loaded once here, so that a bad checkpoint is one
     line before Ray starts, and so that a resumed run must use the same weights."""
     from docclass.inference.classifier import DocClassifier
 
     classifier = DocClassifier.load(ckpt, "cpu")
+    classifier.check_threshold(min_probability, calibrated)  # one line before Ray starts
     return {
         "docclass": version("docclass"),
         "ckpt": str(ckpt),
@@ -645,6 +651,8 @@ def _model_settings(
         "batch_size": batch_size,
         # A resumed run's rows must share the first part's probabilities: 1 means raw.
         "temperature": classifier.temperature if calibrated else 1.0,
+        "calibrated": calibrated and classifier.calibrated,
+        "min_probability": min_probability,
     }
 
 

@@ -8,7 +8,6 @@ pages, so the pages can be rebuilt (or analysed) without the model.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
@@ -318,8 +317,8 @@ def _calibrated(
         else run_calibration(Path(run_dir) if run_dir else None, lambda: classifier.fingerprint)
     )
     if not calibration:
-        return dataclasses.replace(classifier, temperature=1.0), None
-    return dataclasses.replace(classifier, temperature=calibration["temperature"]), calibration
+        return classifier.with_temperature(1.0), None
+    return classifier.with_temperature(calibration["temperature"]), calibration
 
 
 def make_report(

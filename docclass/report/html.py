@@ -599,6 +599,11 @@ def _calibration_rows(calibration: dict[str, Any] | None) -> dict[str, Any] | No
     ]
     return {
         "temperature": f"{calibration['temperature']:.3f}",
+        "fitted_on": calibration.get("fitted_on", "the validation split"),
+        # Why the raw probabilities were kept, when no temperature fitted.
+        "unfitted": None
+        if calibration.get("fit", "likelihood") == "likelihood"
+        else calibration["fit"],
         "bins": calibration.get("ece_bins", 15),
         "rows": rows,
         "test_shown": "test" in calibration,

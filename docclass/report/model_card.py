@@ -70,11 +70,15 @@ def _calibration_section(facts: dict[str, Any]) -> list[str]:
     lines = ["## How sure", ""]
     if not calibration:
         return [*lines, "Not calibrated: the probabilities are the raw softmax of the logits.", ""]
-    lines.append(
-        f"The probabilities are calibrated: every logit is divided by a temperature of "
-        f"{calibration['temperature']:.3f}, fitted on the validation split by likelihood "
-        "(`calibrated=False` in `predict` gives the raw ones; no label changes)."
-    )
+    if calibration.get("fit", "likelihood") == "likelihood":
+        lines.append(
+            f"The probabilities are calibrated: every logit is divided by a temperature of "
+            f"{calibration['temperature']:.3f}, fitted by likelihood on "
+            f"{_cell(calibration.get('fitted_on', 'the validation split'))} "
+            "(`calibrated=False` in `predict` gives the raw ones; no label changes)."
+        )
+    else:
+        lines.append(f"The probabilities are the raw softmax: {_cell(calibration['fit'])}.")
     rows = [(split, calibration[split]) for split in ("validation", "test") if split in calibration]
     lines += ["", "| split | ECE (15 bins) | Brier | NLL |", "|---|---|---|---|"]
     lines += [

@@ -59,6 +59,13 @@ class TrainingCLI(LightningCLI):
             help="after 'fit', evaluate the final weights on the test split and write the report",
         )
         parser.add_argument(
+            "--calibrate_after_fit",
+            type=bool,
+            default=True,
+            help="after testing, fit the tested weights' temperature on the validation split "
+            "(<default_root_dir>/calibration.json; one pass over validation and test)",
+        )
+        parser.add_argument(
             "--report_after_fit",
             type=bool,
             default=True,

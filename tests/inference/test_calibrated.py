@@ -30,8 +30,16 @@ def ckpt(fitted):
 
 
 @pytest.fixture(scope="module")
-def calibration(fitted):
-    return json.loads((fitted / "calibration.json").read_text())
+def calibration(fitted, ckpt):
+    """The fit's calibration of the weights it tested (``last.ckpt``)."""
+    by_weights = json.loads((fitted / "calibration.json").read_text())["by_weights"]
+    return by_weights[checkpoint_fingerprint(ckpt)]
+
+
+def write_run(fitted, run, calibration: dict) -> None:
+    """A copy of the fitted run's checkpoints with ``calibration`` as its calibration.json."""
+    shutil.copytree(fitted / "checkpoints", run / "checkpoints")
+    (run / "calibration.json").write_text(json.dumps({"by_weights": calibration}))
 
 
 def raw_logits(classifier: DocClassifier, texts: list[str]) -> torch.Tensor:
@@ -94,21 +102,21 @@ def test_predict_divides_the_logits_by_the_temperature_and_keeps_the_raw_ones(ck
         assert scaled["label"] == plain["label"]
 
 
-def test_other_weights_of_the_run_are_not_given_its_temperature(fitted, tmp_path):
+def test_other_weights_of_the_run_are_not_given_its_temperature(fitted, tmp_path, calibration):
     run = tmp_path / "run"
-    shutil.copytree(fitted / "checkpoints", run / "checkpoints")
-    facts = json.loads((fitted / "calibration.json").read_text())
-    (run / "calibration.json").write_text(json.dumps({**facts, "weights": "someone else's"}))
+    write_run(fitted, run, {"someone else's": calibration})
     classifier = DocClassifier.load(run / "checkpoints" / "last.ckpt", "cpu")
     assert not classifier.calibrated and classifier.temperature == 1.0
+    with pytest.raises(ConfigError, match="these weights have no calibration"):
+        classifier.predict(TEXTS, min_probability=0.5)
 
 
-@pytest.mark.parametrize("temperature", [True, -1.0, 0, "2", None])
-def test_a_broken_temperature_is_one_line_naming_the_file(fitted, tmp_path, temperature):
+@pytest.mark.parametrize("temperature", [True, -1.0, 0, 0.01, 50, "2", None])
+def test_a_broken_temperature_is_one_line_naming_the_file(fitted, ckpt, tmp_path, temperature):
     run = tmp_path / "run"
-    shutil.copytree(fitted / "checkpoints", run / "checkpoints")
-    facts = json.loads((fitted / "calibration.json").read_text())
-    (run / "calibration.json").write_text(json.dumps({**facts, "temperature": temperature}))
+    facts = json.loads((fitted / "calibration.json").read_text())["by_weights"]
+    fingerprint = checkpoint_fingerprint(ckpt)
+    write_run(fitted, run, {fingerprint: {**facts[fingerprint], "temperature": temperature}})
     with pytest.raises(CheckpointError, match=r"calibration.json: calibration temperature"):
         DocClassifier.load(run / "checkpoints" / "last.ckpt", "cpu")
 
@@ -156,10 +164,27 @@ def test_labels_the_model_does_not_know_are_refused_not_mapped(ckpt):
         calibrate(classifier, documents)
 
 
+def test_the_command_calibrates_a_checkpoint_as_the_fit_did(fitted, ckpt, calibration, tmp_path):
+    """``docclass calibrate`` on a copy of the run: the same temperature and figures, kept
+    beside another checkpoint's entry."""
+    run = tmp_path / "run"
+    write_run(fitted, run, {"another checkpoint's weights": {"temperature": 2.0}})
+    shutil.copy(fitted / "split.json", run / "split.json")
+    facts = main_error(
+        ["calibrate", "--ckpt", str(run / "checkpoints" / "last.ckpt"),
+         "--data", str(CONFIGS / "tiny.yaml")]
+    )  # fmt: skip
+    assert facts["temperature"] == calibration["temperature"]
+    assert facts["test"]["after"] == calibration["test"]["after"]
+    assert facts["abstention"] == calibration["abstention"]
+    stored = json.loads((run / "calibration.json").read_text())["by_weights"]
+    assert set(stored) == {"another checkpoint's weights", calibration["weights"]}
+
+
 def test_the_command_fits_on_validation_only_and_into_a_run_folder(ckpt, tmp_path):
     config = str(CONFIGS / "tiny.yaml")
-    with pytest.raises(DataError, match="never fitted on the split it is scored on"):
-        main_error(["calibrate", "--ckpt", str(ckpt), "--data", config, "--split", "test"])
+    with pytest.raises(Exception, match="test_split"):
+        main_error(["calibrate", "--ckpt", str(ckpt), "--data", config, "--test_split", "val"])
     with pytest.raises(DataError, match="give the run's YAML config"):
         main_error(["calibrate", "--ckpt", str(ckpt), "--data", "bbc"])
     loose = tmp_path / "last.ckpt"
@@ -168,10 +193,11 @@ def test_the_command_fits_on_validation_only_and_into_a_run_folder(ckpt, tmp_pat
         main_error(["calibrate", "--ckpt", str(loose), "--data", config])
 
 
-def main_error(argv: list[str]) -> None:
+def main_error(argv: list[str]):
+    """A command run in this process, its errors raised rather than printed."""
     from docclass.cli import run_command
 
-    run_command(argv[0], argv[1:])
+    return run_command(argv[0], argv[1:])
 
 
 def test_the_report_shows_the_calibrated_probabilities_and_the_reliability_diagram(
@@ -237,6 +263,8 @@ def test_below_the_minimum_probability_a_label_is_withheld_not_guessed(ckpt):
         assert after["label"] == (None if after["uncertain"] else before["label"])
     with pytest.raises(ConfigError, match=r"min_probability 1.5: give a probability in \(0, 1\]"):
         classifier.predict(texts, min_probability=1.5)
+    with pytest.raises(ConfigError, match="thresholds apply to the calibrated probabilities"):
+        classifier.predict(texts, min_probability=cut, calibrated=False)
 
 
 def test_classify_marks_uncertain_rows_in_their_own_columns(ckpt, tmp_path, capsys):
@@ -267,3 +295,45 @@ def test_the_report_lists_the_thresholds_and_draws_risk_against_coverage(fitted,
         expected = "none reaches it" if threshold is None else f"{threshold:.4f}"
         assert f'<td>{100 * float(target):g} %</td><td class="num">{expected}</td>' in table
     assert 'alt="risk against coverage on the test split"' in index
+
+
+def test_thresholds_come_from_validation_and_are_only_scored_on_test():
+    """With a model good enough for both targets: each threshold is validation's own, rests
+    on enough documents, and what it accepts on test is recomputed here."""
+    from docclass.calibration import accepted_at, least_documents, precision_threshold
+    from docclass.inference.calibration import abstention
+
+    def split(seed: int):
+        generator = torch.Generator().manual_seed(seed)
+        labels = torch.randint(0, 4, (3_000,), generator=generator)
+        logits = torch.randn(3_000, 4, generator=generator)
+        logits[torch.arange(3_000), labels] += 4 * torch.rand(3_000, generator=generator) + 1
+        return logits, labels
+
+    validation, test = split(0), split(1)
+    targets = abstention(validation, test, temperature=0.8)
+    for name, chosen in targets.items():
+        target = float(name)
+        val_probs = torch.softmax(validation[0] / 0.8, -1)
+        test_probs = torch.softmax(test[0] / 0.8, -1)
+        assert chosen["threshold"] == precision_threshold(val_probs, validation[1], target)
+        assert chosen["threshold"] != precision_threshold(test_probs, test[1], target)
+        assert chosen["validation"]["precision"] >= target
+        assert chosen["validation"]["documents"] >= least_documents(target)
+        assert chosen["test"] == accepted_at(test_probs, test[1], chosen["threshold"])
+        assert 0.05 < chosen["test"]["coverage"] < 1
+
+
+def test_where_no_temperature_fits_the_card_and_report_say_the_probabilities_are_raw(
+    calibration,
+):
+    from docclass.report.html import _calibration_rows
+    from docclass.report.model_card import _calibration_section
+
+    why = "no temperature in the range fits (a validation split the model gets entirely right)"
+    unfitted = {**calibration, "temperature": 1.0, "fit": why}
+    assert f"The probabilities are the raw softmax: {why}." in _calibration_section(
+        {"calibration": unfitted}
+    )
+    assert _calibration_rows(unfitted)["unfitted"] == why
+    assert _calibration_rows(calibration)["unfitted"] is None
