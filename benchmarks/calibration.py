@@ -20,6 +20,7 @@ import yaml
 
 from docclass.artifacts.load import checkpoint_fingerprint, load_classifier
 from docclass.inference.calibration import calibrate, write_calibration
+from docclass.inference.model_facts import run_calibration
 from docclass.inference.reporting import documents_from_datamodule
 from docclass.train.lightning_cli import datamodule_from_config
 
@@ -58,13 +59,16 @@ def saved_config(run_dir: Path, into: Path) -> Path:
     return path
 
 
-def calibrate_run(run_dir: Path) -> dict[str, Any]:
+def calibrate_run(run_dir: Path, reuse: bool = False) -> dict[str, Any]:
     """Calibrate one run folder's tested weights (as ``docclass calibrate`` does); its figures,
     or why there are none. Nothing is written for weights that turn out not to be the tested
-    ones."""
+    ones. With ``reuse``, a calibration already stored for those weights is read instead."""
     ckpt, how = tested_checkpoint(run_dir)
     if ckpt is None:
         return {"run": str(run_dir), "skipped": how}
+    stored = run_calibration(run_dir, lambda: checkpoint_fingerprint(ckpt)) if reuse else None
+    if stored:
+        return {"run": str(run_dir), "checkpoint": str(ckpt), "chosen": how, **stored}
     overrides = ["--data.tokenizer_from", str(ckpt)]
     if (run_dir / "split.json").is_file():
         overrides += ["--data.split_file", str(run_dir / "split.json")]

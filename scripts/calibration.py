@@ -21,6 +21,9 @@ parser.add_argument(
     help="run folders, or folders holding <corpus>/<candidate>/seed*/ run folders",
 )  # fmt: skip
 parser.add_argument("--out", default="reports/calibration")
+parser.add_argument(
+    "--reuse", action="store_true", help="read the calibrations already stored for the weights"
+)
 args = parser.parse_args()
 logging.basicConfig(level=logging.WARNING)
 datasets.disable_progress_bars()
@@ -30,7 +33,7 @@ for root in map(Path, args.runs):
     folders += [folder for folder in found if (folder / "metrics.json").is_file()]
 runs = []
 for folder in folders:
-    runs.append(calibrate_run(folder))
+    runs.append(calibrate_run(folder, reuse=args.reuse))
     print(runs[-1].get("skipped") or f"{folder}: T = {runs[-1]['temperature']:.3f}", flush=True)
 summary = summarise(runs)
 out = Path(args.out)

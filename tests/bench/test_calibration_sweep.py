@@ -1,0 +1,46 @@
+"""``make calibration``: every run of a sweep calibrated on its tested weights, and tabulated."""
+
+import json
+import shutil
+
+from benchmarks.calibration import calibrate_run, calibration_markdown, summarise
+from docclass.artifacts.load import checkpoint_fingerprint
+
+
+def copy_run(fitted, folder):
+    for name in ("checkpoints", "logs"):
+        shutil.copytree(fitted / name, folder / name)
+    for name in ("metrics.json", "split.json"):
+        shutil.copy(fitted / name, folder / name)
+    (folder / "calibration.json").unlink(missing_ok=True)
+    return folder
+
+
+def test_runs_are_calibrated_on_their_tested_weights_and_grouped_by_config(fitted, tmp_path):
+    seeds = [copy_run(fitted, tmp_path / "corpus" / "config" / f"seed{s}") for s in (0, 1)]
+    runs = [calibrate_run(folder) for folder in seeds]
+    expected = json.loads((fitted / "calibration.json").read_text())["by_weights"]
+    fingerprint = checkpoint_fingerprint(fitted / "checkpoints" / "last.ckpt")
+    for run in runs:
+        assert run["chosen"] == "named by metrics.json"
+        # The fit's own calibration of the same weights, reproduced from the saved config.
+        assert run["temperature"] == expected[fingerprint]["temperature"]
+        assert run["test"]["after"] == expected[fingerprint]["test"]["after"]
+    assert calibrate_run(seeds[0], reuse=True)["temperature"] == runs[0]["temperature"]
+    summary = summarise(runs)
+    assert list(summary) == ["corpus/config"] and summary["corpus/config"]["seeds"] == 2
+    row = summary["corpus/config"]
+    assert row["test_ece_after"]["mean"] == round(runs[0]["test"]["after"]["ece"], 4)
+    assert row["test_ece_after"]["std"] == 0.0
+    assert "| corpus/config | 2 |" in calibration_markdown(summary)
+
+
+def test_a_run_whose_checkpoints_hold_other_weights_is_skipped_not_calibrated(fitted, tmp_path):
+    folder = copy_run(fitted, tmp_path / "run")
+    metrics = json.loads((folder / "metrics.json").read_text())
+    metrics["test"]["weights"] = "weights no checkpoint holds"
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    assert calibrate_run(folder) == {
+        "run": str(folder), "skipped": "no checkpoint holds the tested weights"
+    }  # fmt: skip
+    assert not (folder / "calibration.json").exists()
