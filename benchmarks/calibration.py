@@ -78,7 +78,8 @@ def calibrate_run(run_dir: Path, reuse: bool = False) -> dict[str, Any]:
     test = documents_from_datamodule(datamodule, "test")
     facts = calibrate(load_classifier(ckpt), validation, test)
     recorded = json.loads((run_dir / "metrics.json").read_text())["test"]["accuracy"]
-    if abs(facts["test"]["after"]["accuracy"] - recorded) > 1e-6:
+    # Only where metrics.json names no weights: a run tested on a GPU can differ by a document.
+    if how != "named by metrics.json" and abs(facts["test"]["after"]["accuracy"] - recorded) > 1e-6:
         return {"run": str(run_dir), "skipped": f"{ckpt.name} is not the tested weights"}
     write_calibration(run_dir, facts)
     return {"run": str(run_dir), "checkpoint": str(ckpt), "chosen": how, **facts}

@@ -94,9 +94,10 @@ def reliability_bins(probs: torch.Tensor, labels: torch.Tensor) -> list[dict[str
     top probability and their accuracy (empty bins left out). The bars' accuracy gaps,
     weighted by their documents, add up to :func:`calibration_scores`' ECE."""
     confidence, correct = _confidence_and_correct(probs, labels)
-    confidence = confidence.float().double()  # torchmetrics' precision
-    edges = torch.linspace(0, 1, ECE_BINS + 1, dtype=torch.float64)
+    confidence = confidence.float()  # torchmetrics' precision, edges and binning
+    edges = torch.linspace(0, 1, ECE_BINS + 1, dtype=torch.float32)
     index = torch.bucketize(confidence, edges, right=True) - 1
+    confidence = confidence.double()
     bins = []
     for b in range(ECE_BINS + 1):
         members = index == b
@@ -138,11 +139,17 @@ def precision_threshold(
 
     Choose it on validation: on the split it is scored on it would be fitted to its noise."""
     confidence, correct = _confidence_and_correct(probs, labels)
-    confidence = confidence.round(decimals=SHOWN_DECIMALS)
+    # In integer millionths (as shown), so that rounding down to the grid is exact: 0.6587 ·
+    # 1e4 is 6586.999… in binary, and flooring it would miss the threshold 0.6587.
+    shown = (confidence * 10**SHOWN_DECIMALS).round().long()
+    confidence = shown.double() / 10**SHOWN_DECIMALS
     scale = 10**decimals
     # Every accepted set a grid threshold can make: each document's probability rounded down
     # to the grid (it and everything above it), and 1.
-    grid = torch.unique(torch.cat([(confidence * scale).floor() / scale, torch.ones(1).double()]))
+    steps = torch.unique(
+        torch.cat([shown // 10 ** (SHOWN_DECIMALS - decimals), torch.tensor([scale])])
+    )
+    grid = steps.double() / scale
     order = torch.argsort(confidence, descending=True, stable=True)
     right = torch.cat([torch.zeros(1).double(), correct[order].cumsum(0)])
     # How many documents each threshold accepts: those at or above it.

@@ -160,9 +160,9 @@ def test_a_precision_exactly_at_the_target_reaches_it():
     labels = torch.zeros(20, dtype=torch.long)
     labels[9] = 1
     assert precision_threshold(probs, labels, 0.95) == 0.6
-    # For 90 % (10 documents at least): the nine surest are right but too few, the tenth is
-    # wrong (9 of 10), and all 20 are 95 % right: every document.
-    assert precision_threshold(probs, labels, 0.9) == 0.6
+    # For 98 % (50 documents at least): the nine surest are all right but far too few, and all
+    # 20 are too few too (and 95 % right).
+    assert precision_threshold(probs, labels, 0.98) is None
 
 
 def test_the_ece_a_perfect_model_would_show_shrinks_with_the_documents():
@@ -178,3 +178,16 @@ def test_the_ece_a_perfect_model_would_show_shrinks_with_the_documents():
     assert measured < 2.5 * few
     sure = torch.nn.functional.one_hot(torch.arange(6) % 3, 3).double()
     assert ece_if_calibrated(sure) == 0.0
+
+
+def test_a_threshold_on_a_value_binary_cannot_hold_exactly_is_still_found():
+    # 0.6587 · 1e4 is 6586.999… in binary: flooring it would step below and miss the threshold.
+    confidence = torch.tensor([0.99, 0.98, 0.97, 0.96, 0.95, 0.6587, 0.65865, 0.65865])
+    probs = torch.stack([confidence, 1 - confidence], dim=1).double()
+    labels = torch.tensor([0, 0, 0, 0, 0, 0, 1, 1])
+    assert precision_threshold(probs, labels, 0.8) == 0.6587
+    assert accepted_at(probs, labels, 0.6587) == {
+        "coverage": 0.75,
+        "precision": 1.0,
+        "documents": 6,
+    }

@@ -179,6 +179,8 @@ def summary_line(facts: dict[str, Any]) -> str:
     """``temperature 0.62: ECE on test 0.041 → 0.012`` (validation when there is no test)."""
     split = "test" if "test" in facts else "validation"
     before, after = facts[split]["before"]["ece"], facts[split]["after"]["ece"]
+    if facts.get("fit", "likelihood") != "likelihood":
+        return f"no temperature fitted, the probabilities stay raw ({facts['fit']})"
     return f"temperature {facts['temperature']:.3f}: ECE on {split} {before:.3f} → {after:.3f}"
 
 

@@ -268,7 +268,15 @@ class DocClassifier:
 
     @property
     def calibrated(self) -> bool:
+        """Whether these weights were calibrated (thresholds were chosen on the probabilities
+        ``predict`` gives); see :attr:`temperature_fitted`."""
         return self.calibration is not None
+
+    @property
+    def temperature_fitted(self) -> bool:
+        """Whether a temperature was fitted; False when uncalibrated, or when no temperature
+        fitted (the probabilities stay raw: ``calibration["fit"]`` says why)."""
+        return bool(self.calibration) and self.calibration.get("fit", "likelihood") == "likelihood"
 
     def check_threshold(self, min_probability: float | None, calibrated: bool = True) -> None:
         """Refuse a ``min_probability`` that would be held against probabilities it was not
@@ -276,7 +284,7 @@ class DocClassifier:
         against raw ones would accept another set of documents without a word."""
         if min_probability is None:
             return
-        if not calibrated:
+        if not calibrated and self.temperature_fitted:
             raise ConfigError(
                 f"min_probability {min_probability}: thresholds apply to the calibrated "
                 "probabilities; do not ask for the raw ones (calibrated false) with it"
@@ -284,7 +292,8 @@ class DocClassifier:
         if not self.calibrated:
             raise ConfigError(
                 f"min_probability {min_probability}: these weights have no calibration; run "
-                "'docclass calibrate --ckpt <checkpoint> --data <its config>' first"
+                "'docclass calibrate --ckpt <checkpoint> --data <its config>' on the run's "
+                "checkpoint (and export it again for a model folder)"
             )
 
     @property

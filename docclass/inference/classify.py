@@ -339,7 +339,9 @@ def run_classify(
     handle = sys.stdout if to_stdout else open(out, "w", encoding="utf-8", newline="")
     counts = {"documents": 0, "errors": 0, "warnings": 0, "truncated": 0, "uncertain": 0}
     # Which probabilities the rows carry, for the summary line.
-    counts["temperature"] = classifier.temperature if calibrated and classifier.calibrated else None
+    counts["temperature"] = (
+        classifier.temperature if calibrated and classifier.temperature_fitted else None
+    )
     show = sys.stderr.isatty() if progress is None else progress
     try:
         writer = RowWriter(handle, kind, classifier.labels)

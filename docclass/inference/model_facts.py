@@ -65,7 +65,13 @@ def run_calibration(run_dir: Path | None, fingerprint: Callable[[], str]) -> dic
     run calibrated), else None."""
     if run_dir is None:
         return None
-    by_weights = (read_json(run_dir / CALIBRATION_FILE) or {}).get("by_weights") or {}
+    stored = read_json(run_dir / CALIBRATION_FILE) or {}
+    if stored and "by_weights" not in stored:
+        raise CheckpointError(
+            f"{run_dir / CALIBRATION_FILE}: written by an earlier docclass; calibrate again "
+            "with 'docclass calibrate'"
+        )
+    by_weights = stored.get("by_weights") or {}
     measured = by_weights.get(fingerprint())
     return _checked_calibration(measured, run_dir / CALIBRATION_FILE) if measured else None
 

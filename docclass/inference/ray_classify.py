@@ -651,7 +651,7 @@ def _model_settings(
         "batch_size": batch_size,
         # A resumed run's rows must share the first part's probabilities: 1 means raw.
         "temperature": classifier.temperature if calibrated else 1.0,
-        "calibrated": calibrated and classifier.calibrated,
+        "calibrated": calibrated and classifier.temperature_fitted,
         "min_probability": min_probability,
     }
 

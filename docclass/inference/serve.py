@@ -45,7 +45,7 @@ from typing import Any, Literal
 
 import litserve
 from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
 
 from docclass.errors import ConfigError
 from docclass.inference.classifier import WordScoreMethod
@@ -93,6 +93,16 @@ class PredictRequest(BaseModel):
     calibrated: StrictBool = True
     # Below this top probability a result is uncertain: no label, the model's in ``predicted``.
     min_probability: float | None = Field(default=None, gt=0, le=1, strict=True)
+
+    @model_validator(mode="after")
+    def _threshold_on_calibrated(self) -> "PredictRequest":
+        # Refused here, as a 422 for this request alone: a refusal in the worker would fail
+        # every request batched with it.
+        if self.min_probability is not None and not self.calibrated:
+            raise ValueError(
+                'min_probability applies to the calibrated probabilities; drop "calibrated": false'
+            )
+        return self
 
 
 class ClassifierAPI(litserve.LitAPI):
@@ -154,6 +164,16 @@ class ClassifierAPI(litserve.LitAPI):
         # request, so compute the most any request asked for and trim per request below.
         for (method, calibrated, min_probability), positions in by_call.items():
             group = [batch[p] for p in positions]
+            try:
+                self.classifier.check_threshold(min_probability, calibrated)
+            except ConfigError as error:
+                # This model has no calibration: these requests' texts get the reason, the
+                # other requests of the batch their answers.
+                for position, request in zip(positions, group, strict=True):
+                    answers[position] = [
+                        {"label": None, "score": None, "error": str(error)} for _ in request.texts
+                    ]
+                continue
             results = self.classifier.predict(
                 [text for request in group for text in request.texts],
                 batch_size=self.batch_size,
@@ -418,8 +438,12 @@ def _read_model(ckpt: str) -> tuple[str, dict[str, Any]]:
         "max_texts_per_request": MAX_TEXTS_PER_REQUEST,
         "default_method": default.method,
         "default_method_reason": default.reason,
-        # What /predict divides the logits by unless a request asks for the raw softmax.
-        "temperature": calibration["temperature"] if calibration else None,
+        # What /predict divides the logits by unless a request asks for the raw softmax (null
+        # when it gives the raw softmax anyway), and why none was fitted where one was tried.
+        "temperature": calibration["temperature"]
+        if calibration and calibration.get("fit", "likelihood") == "likelihood"
+        else None,
+        "calibration": (calibration or {}).get("fit", "none for these weights"),
     }
     return str(local), facts
 

@@ -16,7 +16,9 @@ def copy_run(fitted, folder):
     return folder
 
 
-def test_runs_are_calibrated_on_their_tested_weights_and_grouped_by_config(fitted, tmp_path):
+def test_runs_are_calibrated_on_their_tested_weights_and_grouped_by_config(
+    fitted, tmp_path, monkeypatch
+):
     seeds = [copy_run(fitted, tmp_path / "corpus" / "config" / f"seed{s}") for s in (0, 1)]
     runs = [calibrate_run(folder) for folder in seeds]
     expected = json.loads((fitted / "calibration.json").read_text())["by_weights"]
@@ -26,6 +28,12 @@ def test_runs_are_calibrated_on_their_tested_weights_and_grouped_by_config(fitte
         # The fit's own calibration of the same weights, reproduced from the saved config.
         assert run["temperature"] == expected[fingerprint]["temperature"]
         assert run["test"]["after"] == expected[fingerprint]["test"]["after"]
+    import benchmarks.calibration as sweep
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("reuse computed the calibration again")
+
+    monkeypatch.setattr(sweep, "calibrate", refuse)
     assert calibrate_run(seeds[0], reuse=True)["temperature"] == runs[0]["temperature"]
     summary = summarise(runs)
     assert list(summary) == ["corpus/config"] and summary["corpus/config"]["seeds"] == 2

@@ -337,3 +337,38 @@ def test_where_no_temperature_fits_the_card_and_report_say_the_probabilities_are
     )
     assert _calibration_rows(unfitted)["unfitted"] == why
     assert _calibration_rows(calibration)["unfitted"] is None
+
+
+def test_a_stored_threshold_accepts_on_predict_what_it_accepted_when_chosen(
+    fitted, ckpt, monkeypatch
+):
+    """With a target the tiny model reaches: ``predict(min_probability=threshold)`` accepts
+    exactly the validation documents the stored figures count, at their precision."""
+    import docclass.inference.calibration as calibration_module
+    from docclass.inference.calibration import calibrate
+
+    monkeypatch.setattr(calibration_module, "PRECISION_TARGETS", (0.2,))
+    classifier = DocClassifier.load(ckpt, "cpu")
+    validation = load_documents(str(CONFIGS / "tiny.yaml"), str(ckpt), "val")
+    facts = calibrate(classifier.trained, validation)
+    assert facts["temperature"] == classifier.temperature
+    chosen = facts["abstention"]["0.2"]
+    assert chosen["threshold"] is not None and chosen["validation"]["documents"] >= 2
+    results = classifier.predict(validation.texts, min_probability=chosen["threshold"])
+    accepted = [
+        (r["label"], label)
+        for r, label in zip(results, validation.labels, strict=True)
+        if not r["uncertain"]
+    ]
+    assert len(accepted) == chosen["validation"]["documents"]
+    precision = sum(a == b for a, b in accepted) / len(accepted)
+    assert precision == pytest.approx(chosen["validation"]["precision"], abs=1e-6)
+    assert precision >= 0.2
+
+
+def test_a_calibration_file_of_an_earlier_format_is_refused_not_ignored(fitted, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(fitted / "checkpoints", run / "checkpoints")
+    (run / "calibration.json").write_text(json.dumps({"weights": "w", "temperature": 0.7}))
+    with pytest.raises(CheckpointError, match="written by an earlier docclass"):
+        DocClassifier.load(run / "checkpoints" / "last.ckpt", "cpu")

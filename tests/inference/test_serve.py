@@ -192,6 +192,18 @@ def test_calibrated_and_raw_requests_in_one_batch_each_get_theirs(local):
     assert calibrated[0]["probs"] != pytest.approx(raw[0]["probs"], abs=1e-3)
 
 
+def test_a_threshold_for_an_uncalibrated_model_fails_its_own_request_not_the_batch(local):
+    api = ClassifierAPI("unused.ckpt")
+    api.classifier = DocClassifier(local.trained, "cpu")  # no calibration given: raw
+    assert not api.classifier.calibrated
+    plain, thresholded = api.predict(
+        [PredictRequest(texts=TEXTS[:2]), PredictRequest(texts=TEXTS[:1], min_probability=0.5)]
+    )
+    assert [r["label"] for r in plain] == [r["label"] for r in local.predict(TEXTS[:2])]
+    assert thresholded[0]["label"] is None
+    assert "these weights have no calibration" in thresholded[0]["error"]
+
+
 @pytest.mark.fault(
     "server: a text longer than `--max_tokens` (8192 by default when the model sets no limit)",
     "read up to the cap and answered with `truncated: true`, as `classify` cuts a text",
@@ -228,6 +240,11 @@ BAD_BODIES = [
     (b'{"texts": ["a"], "top_words": -1}', "top_words"),
     (b'{"texts": ["a"], "word_scores": "yes"}', "word_scores"),
     (b'{"texts": ["a"], "method": "lime"}', "method"),
+    (b'{"texts": ["a"], "min_probability": 1.5}', "min_probability"),
+    (
+        b'{"texts": ["a"], "min_probability": 0.5, "calibrated": false}',
+        "min_probability applies to the calibrated probabilities",
+    ),
     (b"[]", "body: Input should be a valid dictionary"),
     (
         json.dumps({"texts": ["a"] * (MAX_TEXTS_PER_REQUEST + 1)}).encode(),
