@@ -185,7 +185,7 @@ def classify_texts(
     if method not in API_METHODS:
         raise ConfigError(f"method {method!r}: choose one of {', '.join(API_METHODS)}")
     low, high = TEMPERATURE_RANGE
-    if not low <= temperature <= high and temperature != 1.0:
+    if not low <= temperature <= high:
         raise ConfigError(f"temperature {temperature}: not in [{low}, {high}]")
     if min_probability is not None and not 0 < min_probability <= 1:
         raise ConfigError(
@@ -262,8 +262,8 @@ class DocClassifier:
     @property
     def temperature(self) -> float:
         """What ``predict`` divides the logits by: the temperature fitted on the validation
-        split for these weights (``docclass calibrate``, run by ``docclass fit``), or 1 when
-        none was (:attr:`calibrated` is then False)."""
+        split for these weights (``docclass calibrate``, run by ``docclass fit``); 1 when the
+        weights are uncalibrated or no temperature fitted (:attr:`temperature_fitted`)."""
         return float(self.calibration["temperature"]) if self.calibration else 1.0
 
     @property

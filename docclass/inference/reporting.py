@@ -310,11 +310,9 @@ def _calibrated(
     """The classifier with the temperature measured for its weights (its folder's, or its run's
     ``calibration.json``), so the pages show the probabilities ``predict`` gives; and that
     calibration's figures for the index."""
-    folder = classifier.folder_config.get("calibration")
-    calibration = (
-        model_calibration("", classifier.folder_config, lambda: classifier.fingerprint)
-        if folder is not None
-        else run_calibration(Path(run_dir) if run_dir else None, lambda: classifier.fingerprint)
+    fingerprint = lambda: classifier.fingerprint  # noqa: E731
+    calibration = model_calibration("", classifier.folder_config, fingerprint) or run_calibration(
+        Path(run_dir) if run_dir else None, fingerprint
     )
     if not calibration:
         return classifier.with_temperature(1.0), None

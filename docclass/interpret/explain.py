@@ -161,9 +161,7 @@ def _add_contributions(
     else:
         # Chosen by the raw probabilities, so the classes a record keeps (and their word
         # scores) do not depend on the model's calibration.
-        logits = np.array([record["logits"][name] for name in label_names], dtype=np.float64)
-        probs = np.exp(logits - logits.max())
-        probs = (probs / probs.sum()).tolist()
+        probs = torch.softmax(scoring.logits[row].double().cpu(), -1).tolist()
         true_class = label_names.index(label) if label in label_names else None
         kept = contrast_classes(probs, true_class)
         # Logits and biases only of the classes kept, too: at 150 classes they were most of a

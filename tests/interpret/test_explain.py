@@ -202,6 +202,18 @@ def test_a_contrast_record_keeps_few_classes_and_the_mean_over_all():
         assert whole["contribution_mean"] == pytest.approx(mean, abs=1e-6)
 
 
+def test_the_classes_a_record_keeps_do_not_depend_on_the_temperature():
+    """Calibration changes a record's probabilities, never which contributions it keeps."""
+    classifier = tiny_classifier(n_layers=1, labels=[f"c{i}" for i in range(12)])
+    raw = explain_documents(classifier, DOCUMENTS[:3], classes="contrast")
+    sharp = explain_documents(classifier.with_temperature(0.05), DOCUMENTS[:3], classes="contrast")
+    for plain, scaled in zip(raw, sharp, strict=True):
+        assert scaled["temperature"] == 0.05 and plain["temperature"] == 1.0
+        assert list(scaled["contributions"]) == list(plain["contributions"])
+        assert len(plain["contributions"]) > 2  # the sharpened probabilities would keep two
+        assert max(scaled["probs"].values()) > max(plain["probs"].values())
+
+
 def test_a_record_file_keeps_each_score_to_a_ten_thousandth_of_its_largest():
     record = {
         "id": 1, "probs": {"a": 0.123456789}, "scores": {"m": [0.5, 0.000012345, -0.25]},
