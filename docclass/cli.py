@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, str] | None]] = {
     ),  # fmt: skip
     "faithfulness": ("docclass.inference.reporting", "faithfulness_command", None),
     "calibrate": ("docclass.inference.calibration", "calibrate_command", None),
+    "audit": ("docclass.inference.audit", "audit_command", None),
     "serve": ("docclass.inference.serve", "serve", None),
     "export": ("docclass.inference.export", "export_command", None),
     "push": ("docclass.inference.export", "push_command", None),
@@ -55,7 +56,7 @@ TRAINING_COMMANDS = {
     "predict": "write predictions of a checkpoint for a split",
 }
 # Commands that read datasets (whose progress bars would flood a log).
-READS_DATASETS = {"report", "faithfulness", "calibrate", *TRAINING_COMMANDS}
+READS_DATASETS = {"report", "faithfulness", "calibrate", "audit", *TRAINING_COMMANDS}
 
 
 def command_function(name: str) -> Callable[..., Any]:

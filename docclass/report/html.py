@@ -398,23 +398,14 @@ def write_report(
         The path of ``index.html``.
     """
     out_dir = Path(out_dir)
-    (out_dir / documents_dir).mkdir(parents=True, exist_ok=True)
     run_dir = Path(run_dir) if run_dir else None
     environment = _environment()
-    common = {
-        "version": _docclass_version(),
-        "written": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-    }
-    pool_heads = pool_heads_of(records)
+    common = page_common()
     measured = faithfulness or {}
     # A page outside the measured sample says why it has no faithfulness badge.
     common["faithfulness_sample"] = measured.get("sample")
     shown_first = default_method(measured.get("methods"), measured.get("documents", 0))
-    hrefs = [f"{documents_dir}/{document_filename(p)}" for p in range(len(records))]
-    _write_assets(environment, out_dir / ASSETS_DIR)
-    for position, record in enumerate(records):
-        page = _document_page(environment, record, pool_heads, "../index.html", common, shown_first)
-        (out_dir / documents_dir / document_filename(position)).write_text(page, encoding="utf-8")
+    hrefs = write_document_pages(records, out_dir, documents_dir, shown_first, common)
     context = dict(title=title, subtitle=subtitle, population=population, run_dir=run_dir)
     context.update(faithfulness=faithfulness, checks=checks or {}, weights=weights, common=common)
     context["calibration"] = calibration
@@ -427,6 +418,34 @@ def write_report(
     meta["calibration"] = calibration
     (out_dir / REPORT_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return out_dir / "index.html"
+
+
+def page_common() -> dict[str, Any]:
+    """What every page's footer names: the docclass version and when it was written."""
+    return {
+        "version": _docclass_version(),
+        "written": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "faithfulness_sample": None,
+    }
+
+
+def write_document_pages(
+    records: Sequence[dict],
+    out_dir: Path,
+    documents_dir: str,
+    shown_first: DefaultMethod,
+    common: dict[str, Any],
+) -> list[str]:
+    """The shared assets and ``<documents_dir>/doc-NNNNN.html`` for every record, each page
+    linking back to ``index.html``; returns each page's path relative to ``out_dir``."""
+    environment = _environment()
+    (out_dir / documents_dir).mkdir(parents=True, exist_ok=True)
+    _write_assets(environment, out_dir / ASSETS_DIR)
+    pool_heads = pool_heads_of(records)
+    for position, record in enumerate(records):
+        page = _document_page(environment, record, pool_heads, "../index.html", common, shown_first)
+        (out_dir / documents_dir / document_filename(position)).write_text(page, encoding="utf-8")
+    return [f"{documents_dir}/{document_filename(p)}" for p in range(len(records))]
 
 
 def _index_page(
