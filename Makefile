@@ -12,7 +12,7 @@ PIP_FLAGS := $(if $(WHEELS),--find-links $(WHEELS),)
 CHROMIUM := $(shell command -v chromium 2>/dev/null)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: demo test test-full lint format seeds inference-options report-speed report-cap report-scale classify-memory ray-classify serve-load batching-speed bench long-documents planted-keyword calibration faithfulness streaming-speed encoder-speed cold-start corpora browser clean
+.PHONY: demo test test-full lint format seeds inference-options report-speed report-cap report-scale classify-memory ray-classify serve-load batching-speed bench long-documents planted-keyword calibration label-audit faithfulness streaming-speed encoder-speed cold-start corpora browser clean
 
 # lxt (AttnLRP's reference implementation, for the tests that check docclass's relevance rules
 # against it) is installed without its dependencies: they include open_clip_torch and
@@ -104,6 +104,9 @@ encoder-speed: $(STAMP)  ## docclass's MiniLM beside transformers' BertForSequen
 
 calibration: $(STAMP)  ## temperature, ECE, Brier and NLL before and after, every run of `make corpora` and the demo's (~5 min)
 	$(BIN)/python -m scripts.calibration --runs reports/corpora-runs reports/bbc --out reports/calibration
+
+label-audit: $(STAMP)  ## docclass audit on BBC with 5, 10 and 20 % of its labels flipped: precision, recall, accuracy won back (~70 min)
+	$(BIN)/python -m scripts.label_audit --config configs/bbc.yaml --rates 0.05 0.1 0.2 --out reports/label-audit
 
 planted-keyword: $(STAMP)  ## do the word scores find a planted deciding keyword? tiny model and MiniLM (~15 min)
 	$(BIN)/python -m scripts.planted_keyword --out reports/planted-keyword.json

@@ -64,8 +64,8 @@ def score_flags(flagged: set[str], flipped: set[str]) -> dict[str, float]:
         "flagged": len(flagged),
         "flipped": len(flipped),
         "found": hits,
-        "precision": hits / len(flagged) if flagged else float("nan"),
-        "recall": hits / len(flipped) if flipped else float("nan"),
+        "precision": hits / len(flagged) if flagged else None,
+        "recall": hits / len(flipped) if flipped else None,
     }
 
 
@@ -105,9 +105,9 @@ def planted_noise(
 ) -> dict[str, Any]:
     """The clean run and one audit per noise rate, with every figure the issue asks for."""
     corpus = write_corpus(config, out)
-    clean_args = ["--data.source", str(out / "corpus.jsonl"),
-                  "--data.split_file", str(out / "split.json")]  # fmt: skip
-    clean = fit_run(config, clean_args, out / "split.json", out / "clean")["test"]
+    split = json.loads((out / "split.json").read_text())
+    clean_args = ["--data.source", str(out / "corpus.jsonl")]
+    clean = fit_run(config, clean_args, split, out / "clean")["test"]
     results = []
     for rate in rates:
         result = audit_noisy_copy(config, corpus, out / f"noise-{rate:.2f}", rate, seed, folds)
@@ -118,9 +118,20 @@ def planted_noise(
         result["recovered"] = recovered_share(
             clean["accuracy"], result["noisy_accuracy"], result["cleaned_accuracy"]
         )
+        # In documents too: one test document is 1/n of accuracy, and the noise may cost a few.
+        n = clean["n_documents"]
+        result["test_documents"] = n
+        result["cost_documents"] = round((clean["accuracy"] - result["noisy_accuracy"]) * n)
+        result["won_back_documents"] = round(
+            (result["cleaned_accuracy"] - result["noisy_accuracy"]) * n
+        )
         results.append(result)
         print(json.dumps({k: v for k, v in result.items() if k != "audit"}), flush=True)
     return {"config": config, "seed": seed, "folds": folds, "clean": clean, "results": results}
+
+
+def _share(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
 
 
 def label_audit_markdown(figures: dict[str, Any]) -> str:
@@ -130,14 +141,14 @@ def label_audit_markdown(figures: dict[str, Any]) -> str:
         f"{figures['seed']}; test accuracy on clean labels {figures['clean']['accuracy']:.4f}).",
         "",
         "| noise | flipped | flagged | precision | recall | test acc. noisy | without flagged "
-        "| recovered |",
+        "| recovered (test documents lost → won back) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in figures["results"]:
         recovered = "—" if r["recovered"] is None else f"{r['recovered']:.2f}"
         lines.append(
-            f"| {r['rate']:.0%} | {r['flipped']} | {r['flagged']} | {r['precision']:.3f} | "
-            f"{r['recall']:.3f} | {r['noisy_accuracy']:.4f} | {r['cleaned_accuracy']:.4f} | "
-            f"{recovered} |"
+            f"| {r['rate']:.0%} | {r['flipped']} | {r['flagged']} | {_share(r['precision'])} | "
+            f"{_share(r['recall'])} | {r['noisy_accuracy']:.4f} | {r['cleaned_accuracy']:.4f} | "
+            f"{recovered} ({r['cost_documents']} → {r['won_back_documents']}) |"
         )
     return "\n".join(lines) + "\n"

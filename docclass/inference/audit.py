@@ -27,15 +27,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import torch
 
 from docclass.errors import ConfigError, DataError, UserError
+from docclass.inference.calibration import calibrate, write_calibration
 from docclass.inference.classifier import DocClassifier
+from docclass.inference.reporting import Documents
 from docclass.interpret.explain import explain_documents
 
 PLAN = "audit_plan.json"
 OUT_OF_SAMPLE = "out_of_sample.json"
 AUDIT_CSV = "audit.csv"
 SUMMARY = "audit.json"
+# What a run folder was asked to train on: a folder started on another split is refused.
+REQUESTED_SPLIT = "requested_split.json"
 CSV_FIELDS = (
     "rank", "id", "split", "given_label", "suggested_label", "score",
     "p_given", "p_suggested", "fold",
@@ -63,7 +68,8 @@ def plan_folds(
     if folds < 2:
         raise ConfigError(f"--folds {folds}: an audit needs at least 2 folds")
     counts = Counter(labels)
-    short = sorted(label_names[c] for c, n in counts.items() if n < folds)
+    # A class with no document at all is short too: cleanlab cannot estimate its noise.
+    short = [name for c, name in enumerate(label_names) if counts[c] < folds]
     if short:
         raise DataError(
             f"class(es) {short} have fewer than {folds} training and validation documents: "
@@ -92,18 +98,22 @@ def plan_folds(
     return plans
 
 
-def labels_fingerprint(ids: list[str], labels: list[str]) -> str:
-    """A hash of the audited documents and their given labels: a plan is reused only for
-    the very same ones."""
-    return hashlib.sha256(json.dumps([ids, labels]).encode()).hexdigest()
+def audit_fingerprint(config: str, ids: list[str], texts: list[str], labels: list[str]) -> str:
+    """A hash of the config file, the audited documents and their given labels: a plan (and
+    the fold runs it made) is reused only for the very same ones."""
+    digest = hashlib.sha256(Path(config).read_bytes())
+    digest.update(json.dumps([ids, texts, labels]).encode())
+    return digest.hexdigest()
 
 
 def _fit_command(config: str, fit_args: list[str], split: Path, run_dir: Path) -> list[str]:
     command = [
         sys.executable, "-m", "docclass.cli", "fit", "--config", config, *fit_args,
         "--data.split_file", str(split), "--trainer.default_root_dir", str(run_dir),
-        "--trainer.enable_progress_bar", "false",
-        "--test_after_fit", "true", "--report_after_fit", "false",
+        "--trainer.enable_progress_bar", "false", "--test_after_fit", "true",
+        # The audit calibrates every fold itself (_calibrated_fold): one path, and a fold
+        # killed between testing and calibrating cannot slip through uncalibrated.
+        "--calibrate_after_fit", "false", "--report_after_fit", "false",
     ]  # fmt: skip
     last = run_dir / "checkpoints" / "last.ckpt"
     if last.is_file():
@@ -113,56 +123,98 @@ def _fit_command(config: str, fit_args: list[str], split: Path, run_dir: Path) -
     return command
 
 
-def fit_run(config: str, fit_args: list[str], split: Path, run_dir: Path) -> dict[str, Any]:
-    """``docclass fit`` in its own process on a split file, unless its run already finished
-    (its ``metrics.json`` written after testing); returns the run's test metrics."""
+def fit_run(config: str, fit_args: list[str], split: dict[str, list[str]], run_dir: Path) -> dict:
+    """``docclass fit`` in its own process on ``split`` (ids per split), unless its run already
+    finished (``metrics.json``, written after testing); returns the run's metrics. A run
+    folder started on another split is refused, finished or not."""
+    asked = run_dir / REQUESTED_SPLIT
+    if asked.is_file() and json.loads(asked.read_text()) != split:
+        raise ConfigError(
+            f"{run_dir}: was trained on another split (another plan or --filter_by); delete "
+            "that folder to train it again"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    asked.write_text(json.dumps(split))
     metrics = run_dir / "metrics.json"
     if not metrics.is_file():
-        finished = subprocess.run(_fit_command(config, fit_args, split, run_dir))
+        finished = subprocess.run(_fit_command(config, fit_args, asked, run_dir))
         if finished.returncode or not metrics.is_file():
             raise UserError(
-                f"{run_dir}: docclass fit exited with {finished.returncode}; fix the cause and "
-                "run the same audit command again: finished folds are kept"
+                f"{run_dir}: docclass fit exited with {finished.returncode} (its output is "
+                "above); fix the cause and run the same command again: finished runs are kept"
             )
     return json.loads(metrics.read_text())
 
 
-def _score_fold(
-    run_dir: Path, ids: list[str], texts: list[str], label_names: list[str], device: str
-) -> dict[str, Any]:
-    """The fold's model's calibrated probabilities for the documents it did not train on."""
+def _calibrated_fold(
+    run_dir: Path, metrics: dict, validation: Documents, label_names: list[str], device: str
+) -> DocClassifier:
+    """The fold's tested weights with their temperature, fitted on the fold's validation
+    share here when the run has none for them."""
     classifier = DocClassifier.load(run_dir / "checkpoints" / "last.ckpt", device=device)
+    if classifier.trained.fingerprint != metrics["test"]["weights"]:
+        raise DataError(
+            f"{run_dir}: checkpoints/last.ckpt is not the weights the run tested (a trainer "
+            "limit stopped it mid-epoch?); delete the folder and run the audit again"
+        )
     if classifier.labels != label_names:
         raise DataError(
             f"{run_dir}: the fold's model has labels {classifier.labels}, the audit "
             f"{label_names}; delete the folder and run the audit again"
         )
-    results = classifier.predict(texts)
+    if not classifier.calibrated:
+        facts = calibrate(classifier.trained, validation, None, str(classifier.device))
+        write_calibration(run_dir, facts)
+        classifier = DocClassifier(classifier.trained, device, calibration=facts)
+    return classifier
+
+
+def _score_fold(classifier: DocClassifier, held: Documents, weights: str) -> dict[str, Any]:
+    """The fold's model's calibrated probabilities for the documents it did not train on."""
+    results = classifier.predict(held.texts)
+    empty = [i for i, r in zip(held.ids, results, strict=True) if "probs" not in r]
+    if empty:
+        raise DataError(
+            f"documents {empty[:3]} have no token to classify; remove them from the source"
+        )
     return {
-        "ids": ids,
-        "probs": [[r["probs"][name] for name in label_names] for r in results],
+        "ids": held.ids,
+        "probs": [[r["probs"][name] for name in classifier.labels] for r in results],
         "temperature": classifier.temperature,
+        "weights": weights,
     }
 
 
+def _fold_documents(split: list[str], pool: dict[str, tuple[str, str]], what: str) -> Documents:
+    return Documents(
+        texts=[pool[i][0] for i in split],
+        ids=list(split),
+        labels=[pool[i][1] for i in split],
+        description=f"the audit's {what}",
+    )
+
+
 def _fold_probabilities(
-    plan: dict[str, Any], out: Path, config: str, fit_args: list[str], texts: dict[str, str],
-    device: str,
+    plan: dict[str, Any], out: Path, config: str, fit_args: list[str],
+    pool: dict[str, tuple[str, str]], device: str,
 ) -> dict[str, Any]:  # fmt: skip
     """Every fold run (or reused) and scored: ``{id: (fold, probabilities)}`` and each fold's
-    test figures."""
+    test figures. ``pool``: each audited id's text and given label."""
     by_id: dict[str, tuple[int, list[float]]] = {}
     figures = []
-    for fold, split in enumerate(plan["folds"]):
+    for fold, split in enumerate(plan["fold_splits"]):
         run_dir = out / "folds" / f"fold-{fold}"
-        scored = run_dir / OUT_OF_SAMPLE
-        split_path = out / "folds" / f"fold-{fold}.split.json"
-        split_path.write_text(json.dumps(split))
-        metrics = fit_run(config, fit_args, split_path, run_dir)
-        if not scored.is_file():
-            held, names = split["test"], plan["label_names"]
-            facts = _score_fold(run_dir, held, [texts[i] for i in held], names, device)
-            scored.write_text(json.dumps(facts))
+        metrics = fit_run(config, fit_args, split, run_dir)
+        scored, weights = run_dir / OUT_OF_SAMPLE, metrics["test"]["weights"]
+        if not scored.is_file() or json.loads(scored.read_text()).get("weights") != weights:
+            validation = _fold_documents(split["val"], pool, f"fold {fold}'s validation")
+            classifier = _calibrated_fold(run_dir, metrics, validation, plan["label_names"], device)
+            held = _fold_documents(split["test"], pool, f"fold {fold}")
+            scored.write_text(json.dumps(_score_fold(classifier, held, weights)))
+            del classifier
+            if torch.cuda.is_available():
+                # The next fold's process trains on the same GPU.
+                torch.cuda.empty_cache()
         facts = json.loads(scored.read_text())
         if facts["ids"] != split["test"]:
             raise DataError(f"{scored}: written for another fold; delete {run_dir} and rerun")
@@ -170,7 +222,7 @@ def _fold_probabilities(
             {doc_id: (fold, p) for doc_id, p in zip(facts["ids"], facts["probs"], strict=True)}
         )
         figures.append({"fold": fold, "temperature": facts["temperature"], **_test_scores(metrics)})
-        print(f"audit: fold {fold + 1}/{len(plan['folds'])} done ({figures[-1]})", flush=True)
+        print(f"audit: fold {fold + 1}/{len(plan['fold_splits'])} done ({figures[-1]})", flush=True)
     return {"by_id": by_id, "folds": figures}
 
 
@@ -193,67 +245,92 @@ def find_label_issues(
 
     # Probabilities were rounded to 6 decimals on the way: rows must sum to 1 for cleanlab.
     probs = probs / probs.sum(axis=1, keepdims=True)
+    # n_jobs 1: no pool of processes forked from one holding torch's threads.
     ranked = cleanlab_issues(
-        given, probs, filter_by=filter_by, return_indices_ranked_by="self_confidence"
+        given, probs, filter_by=filter_by, return_indices_ranked_by="self_confidence", n_jobs=1
     )
     quality = get_label_quality_scores(given, probs, method="self_confidence")
     return np.asarray(ranked, dtype=int), quality
 
 
+def audited_pool(datamodule: Any) -> dict[str, tuple[str, str]]:
+    """Each training and validation document's id → (text, given label), once ids are known
+    to be unique across every split (a repeated id would merge two documents' results, and let
+    a fold train on a test document of the same id)."""
+    if datamodule.stream:
+        raise ConfigError(
+            f"data.stream {datamodule.stream!r}: a streamed training set cannot be cut into "
+            "folds; audit a config that reads its training documents from data.source"
+        )
+    names = list(datamodule.label_names)
+    every = [i for s in ("train", "val", "test") for i in datamodule.splits[s]["id"]]
+    repeated = sorted(i for i, n in Counter(every).items() if n > 1)
+    if repeated:
+        raise DataError(
+            f"{datamodule.source_spec.source}: ids {repeated[:3]} name more than one document; "
+            "give every document a unique id (or drop the id column to number them)"
+        )
+    return {
+        doc_id: (text, names[label])
+        for s in ("train", "val")
+        for doc_id, text, label in zip(
+            *(datamodule.splits[s][c] for c in ("id", "text", "label")), strict=True
+        )
+    }
+
+
 def _read_or_write_plan(
-    out: Path, folds: int, config: str, fit_args: list[str], datamodule: Any
+    out: Path, settings: dict[str, Any], pool: dict[str, tuple[str, str]], datamodule: Any
 ) -> dict[str, Any]:
     """The audit's plan, checked against what would be planned now when one is on disk."""
-    splits, names = datamodule.splits, list(datamodule.label_names)
-    ids = [*splits["train"]["id"], *splits["val"]["id"]]
-    given = [names[label] for label in [*splits["train"]["label"], *splits["val"]["label"]]]
-    fingerprint = labels_fingerprint(ids, given)
-    settings = {"config": config, "fit_args": fit_args, "folds": folds, "label_names": names}
+    ids = list(pool)
+    given = [pool[i][1] for i in ids]
+    names = settings["label_names"]
+    texts = [pool[i][0] for i in ids]
+    settings = {**settings, "documents": audit_fingerprint(settings["config"], ids, texts, given)}
     path = out / PLAN
     if path.is_file():
-        plan = json.loads(path.read_text())
-        if plan["labels"] != fingerprint or {k: plan[k] for k in settings} != settings:
+        try:
+            plan = json.loads(path.read_text())
+            changed = [key for key in settings if plan[key] != settings[key]]
+        except (ValueError, KeyError, TypeError):
+            changed = ["the plan file itself (unreadable, or from an earlier docclass)"]
+        if changed:
             raise ConfigError(
-                f"{out}: holds an audit of other documents, labels or settings; pass another "
-                "--out, or delete it to start over"
+                f"{out}: holds an audit with other {', '.join(changed)}; pass another --out, "
+                f"or delete the folder {out} to start over"
             )
         return plan
     folds_of = plan_folds(
-        ids, [names.index(g) for g in given], names, folds, datamodule.val_fraction,
-        datamodule.split_seed,
+        ids, [names.index(g) for g in given], names, settings["folds"],
+        datamodule.val_fraction, datamodule.split_seed,
     )  # fmt: skip
-    plan = {**settings, "labels": fingerprint, "folds": folds_of}
+    plan = {**settings, "fold_splits": folds_of}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "folds").mkdir(exist_ok=True)
     path.write_text(json.dumps(plan))
     return plan
 
 
 def _flagged_entries(
-    datamodule: Any, by_id: dict[str, tuple[int, list[float]]], filter_by: str
-) -> tuple[list[dict[str, Any]], float]:
-    """The flagged documents, most likely wrong first, and the out-of-sample accuracy."""
-    names = list(datamodule.label_names)
-    rows = [
-        (split, doc_id, label)
-        for split in ("train", "val")
-        for doc_id, label in zip(
-            datamodule.splits[split]["id"], datamodule.splits[split]["label"], strict=True
-        )
-    ]
-    given = np.asarray([label for _, _, label in rows])
-    probs = np.asarray([by_id[doc_id][1] for _, doc_id, _ in rows], dtype=float)
+    pool: dict[str, tuple[str, str]], splits: dict[str, str], names: list[str],
+    by_id: dict[str, tuple[int, list[float]]], filter_by: str,
+) -> tuple[list[dict[str, Any]], float]:  # fmt: skip
+    """The flagged documents, most likely wrong first, and the out-of-sample accuracy.
+    ``splits``: each audited id's split."""
+    ids = list(pool)
+    given = np.asarray([names.index(pool[i][1]) for i in ids])
+    probs = np.asarray([by_id[i][1] for i in ids], dtype=float)
     ranked, quality = find_label_issues(given, probs, filter_by)
     suggested = probs.argmax(axis=1)
     entries = []
-    for rank, i in enumerate(ranked, start=1):
-        split, doc_id, label = rows[i]
+    for rank, row in enumerate(ranked, start=1):
+        doc_id, label = ids[row], given[row]
         entries.append(
             {
-                "rank": rank, "id": doc_id, "split": split, "given": names[label],
-                "suggested": names[suggested[i]], "score": round(float(quality[i]), 6),
-                "p_given": probs[i, label], "p_suggested": probs[i, suggested[i]],
-                "fold": by_id[doc_id][0],
+                "rank": rank, "id": doc_id, "split": splits[doc_id], "given": names[label],
+                "suggested": names[suggested[row]], "score": round(float(quality[row]), 6),
+                "p_given": float(probs[row, label]),
+                "p_suggested": float(probs[row, suggested[row]]), "fold": by_id[doc_id][0],
             }
         )  # fmt: skip
     return entries, float((suggested == given).mean())
@@ -275,7 +352,7 @@ def write_audit_csv(entries: list[dict[str, Any]], path: Path) -> None:
 
 
 def _explain_flagged(
-    entries: list[dict[str, Any]], texts: dict[str, str], out: Path, device: str
+    entries: list[dict[str, Any]], pool: dict[str, tuple[str, str]], out: Path, device: str
 ) -> list[dict[str, Any]]:
     """Each flagged document explained by the fold model that did not train on it, keeping
     the contributions of its given and suggested classes; in rank order."""
@@ -286,7 +363,7 @@ def _explain_flagged(
         classifier = DocClassifier.load(run_dir / "checkpoints" / "last.ckpt", device=device)
         explained = explain_documents(
             classifier.trained,
-            [texts[e["id"]] for e in chosen],
+            [pool[e["id"]][0] for e in chosen],
             doc_ids=[e["id"] for e in chosen],
             labels=[e["given"] for e in chosen],
             classes="contrast",
@@ -306,10 +383,7 @@ def retrain_without(
                for s, ids in split.items()}  # fmt: skip
     figures: dict[str, Any] = {"test_documents": len(split["test"])}
     for name, chosen in (("baseline", split), ("cleaned", cleaned)):
-        path = out / "retrain" / f"{name}.split.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(chosen))
-        metrics = fit_run(config, fit_args, path, out / "retrain" / name)
+        metrics = fit_run(config, fit_args, chosen, out / "retrain" / name)
         figures[name] = {**_test_scores(metrics), "train_documents": len(chosen["train"])}
         print(f"audit: re-trained ({name}): {figures[name]}", flush=True)
     figures["removed"] = (
@@ -318,11 +392,10 @@ def retrain_without(
     return figures
 
 
-def _by_class(datamodule: Any, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    names = list(datamodule.label_names)
-    audited = Counter(
-        names[label] for s in ("train", "val") for label in datamodule.splits[s]["label"]
-    )
+def _by_class(
+    pool: dict[str, tuple[str, str]], names: list[str], entries: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    audited = Counter(label for _, label in pool.values())
     flagged = Counter(e["given"] for e in entries)
     return [{"label": n, "documents": audited[n], "flagged": flagged[n]} for n in names]
 
@@ -362,32 +435,34 @@ def audit_command(
     from docclass.report.audit import write_audit_report
     from docclass.train.lightning_cli import datamodule_from_config
 
+    if report_documents is not None and report_documents < 0:
+        raise ConfigError(f"--report_documents {report_documents}: give 0 or more, or null")
     fit_args, out_dir = list(fit_args or []), Path(out)
     datamodule = datamodule_from_config(config, fit_args)
     datamodule.prepare()
-    plan = _read_or_write_plan(out_dir, folds, config, fit_args, datamodule)
-    texts = {
-        i: t for s in ("train", "val")
-        for i, t in zip(datamodule.splits[s]["id"], datamodule.splits[s]["text"], strict=True)
-    }  # fmt: skip
-    scored = _fold_probabilities(plan, out_dir, config, fit_args, texts, device)
-    entries, accuracy = _flagged_entries(datamodule, scored["by_id"], filter_by)
+    pool = audited_pool(datamodule)
+    names = list(datamodule.label_names)
+    settings = {"config": config, "fit_args": fit_args, "folds": folds, "label_names": names}
+    plan = _read_or_write_plan(out_dir, settings, pool, datamodule)
+    scored = _fold_probabilities(plan, out_dir, config, fit_args, pool, device)
+    splits = {i: s for s in ("train", "val") for i in datamodule.splits[s]["id"]}
+    entries, accuracy = _flagged_entries(pool, splits, names, scored["by_id"], filter_by)
     write_audit_csv(entries, out_dir / AUDIT_CSV)
     summary = {
-        "config": config, "fit_args": fit_args, "documents": len(texts), "folds": folds,
+        "config": config, "fit_args": fit_args, "documents": len(pool), "folds": folds,
         "filter_by": filter_by, "flagged": len(entries), "out_of_sample_accuracy": accuracy,
-        "fold_figures": scored["folds"], "by_class": _by_class(datamodule, entries),
-        "label_names": list(datamodule.label_names), "retrain": None,
+        "fold_figures": scored["folds"], "by_class": _by_class(pool, names, entries),
+        "label_names": names, "retrain": None,
     }  # fmt: skip
     if retrain:
         flagged = {e["id"] for e in entries}
         summary["retrain"] = retrain_without(datamodule, flagged, out_dir, config, fit_args)
     shown = entries[:report_documents] if report_documents is not None else entries
-    records = _explain_flagged(shown, texts, out_dir, device)
+    records = _explain_flagged(shown, pool, out_dir, device)
     index = write_audit_report(shown, records, summary, out_dir / "report")
     (out_dir / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     print(
-        f"audit: {len(entries)} of {len(texts)} documents flagged "
+        f"audit: {len(entries)} of {len(pool)} documents flagged "
         f"(out-of-sample accuracy {accuracy:.4f}) → {out_dir / AUDIT_CSV}, {index}"
     )
     return summary

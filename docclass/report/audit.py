@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from docclass.interpret.default_method import DefaultMethod
-from docclass.report.html import _environment, page_common, write_document_pages
-from docclass.report.lexicon import _difference, _is_word
+from docclass.report.html import ASSETS_DIR, page_common, template_environment, write_document_pages
+from docclass.report.lexicon import class_difference, is_word
 
 WORDS_PER_SIDE = 8
 
@@ -25,7 +25,7 @@ def contrast_words(
 ) -> list[dict[str, Any]]:
     """The ``k`` words read that push ``record`` most toward ``toward`` rather than ``against``
     (positive differences only, largest first); empty when the record lacks either class."""
-    difference = _difference(record, toward, against)
+    difference = class_difference(record, toward, against)
     if difference is None:
         return []
     read = record["words_read"]
@@ -33,15 +33,15 @@ def contrast_words(
     return [
         {"word": record["words"][i], "score": difference[i]}
         for i in ranked
-        if difference[i] > 0 and _is_word(record["words"][i])
+        if difference[i] > 0 and is_word(record["words"][i])
     ][:k]
 
 
 def audit_rows(
     flagged: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]], hrefs: Sequence[str]
 ) -> list[dict[str, Any]]:
-    """One table row per flagged document, in rank order: ``flagged[i]`` (``id, given,
-    suggested, p_given, p_suggested, quality, split, fold``) explained by ``records[i]``."""
+    """One table row per flagged document, in rank order: ``flagged[i]`` (``rank, id, split,
+    given, suggested, score, p_given, p_suggested, fold``) explained by ``records[i]``."""
     rows = []
     for entry, record, href in zip(flagged, records, hrefs, strict=True):
         if str(record["id"]) != str(entry["id"]):
@@ -72,7 +72,7 @@ def write_audit_report(
         records: their explanation records, same order, by the model that did not train on
             them, each keeping the contributions of its given and suggested class.
         summary: what the page's heading says: ``documents`` audited, ``folds``, ``filter_by``,
-            ``label_names``, per-class counts ``by_class``, ``fold_accuracy`` and, after a
+            ``flagged``, ``out_of_sample_accuracy``, per-class counts ``by_class`` and, after a
             re-training, ``retrain``.
         out_dir: folder to write into (created).
         documents_dir: sub-folder of the document pages.
@@ -87,9 +87,9 @@ def write_audit_report(
     hrefs = write_document_pages(records, out_dir, documents_dir, shown_first, common)
     rows = audit_rows(flagged, records, hrefs)
     page = (
-        _environment()
+        template_environment()
         .get_template("audit.html.j2")
-        .render(rows=rows, summary=summary, assets="assets/", **common)
+        .render(rows=rows, summary=summary, assets=f"{ASSETS_DIR}/", **common)
     )
     (out_dir / "index.html").write_text(page, encoding="utf-8")
     return out_dir / "index.html"

@@ -78,7 +78,7 @@ EXPLANATIONS = "explanations.jsonl.gz"
 FAITHFULNESS_FILE = "faithfulness.json"
 
 
-def _environment() -> Environment:
+def template_environment() -> Environment:
     environment = Environment(
         loader=PackageLoader("docclass.report", "templates"),
         autoescape=True,  # every template, whatever its name: no page may carry raw text
@@ -399,7 +399,7 @@ def write_report(
     """
     out_dir = Path(out_dir)
     run_dir = Path(run_dir) if run_dir else None
-    environment = _environment()
+    environment = template_environment()
     common = page_common()
     measured = faithfulness or {}
     # A page outside the measured sample says why it has no faithfulness badge.
@@ -438,7 +438,7 @@ def write_document_pages(
 ) -> list[str]:
     """The shared assets and ``<documents_dir>/doc-NNNNN.html`` for every record, each page
     linking back to ``index.html``; returns each page's path relative to ``out_dir``."""
-    environment = _environment()
+    environment = template_environment()
     (out_dir / documents_dir).mkdir(parents=True, exist_ok=True)
     _write_assets(environment, out_dir / ASSETS_DIR)
     pool_heads = pool_heads_of(records)

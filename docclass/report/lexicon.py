@@ -34,7 +34,7 @@ def evidence_threshold(documents: int) -> int:
     return MIN_DOCUMENTS if documents >= FEW_DOCUMENTS else FEW_DOCUMENTS_THRESHOLD
 
 
-def _is_word(word: str) -> bool:
+def is_word(word: str) -> bool:
     # Punctuation marks are words to the tokenizer; a reader looks for words.
     return any(ch.isalnum() for ch in word)
 
@@ -61,7 +61,7 @@ def _tally(
             continue
         read = record["words_read"]
         for word, score in zip(record["words"][:read], scores[:read], strict=True):
-            if score is None or not _is_word(word):
+            if score is None or not is_word(word):
                 continue
             key = word_key(word)
             total[key] += score
@@ -146,7 +146,7 @@ def class_lexicon(
     return lexicon
 
 
-def _difference(record: dict, a: str, b: str) -> list[float] | None:
+def class_difference(record: dict, a: str, b: str) -> list[float] | None:
     contributions = record.get("contributions", {})
     if a not in contributions or b not in contributions:
         return None
@@ -194,12 +194,12 @@ def contrastive_lexicon(
                 "documents": len(chosen),
                 "min_documents": min_documents,
                 "toward_a": _tally(
-                    records, chosen, lambda r, a=a, b=b: _difference(r, a, b), k, min_documents,
-                    hrefs,
+                    records, chosen, lambda r, a=a, b=b: class_difference(r, a, b), k,
+                    min_documents, hrefs,
                 ),
                 "toward_b": _tally(
-                    records, chosen, lambda r, a=a, b=b: _difference(r, b, a), k, min_documents,
-                    hrefs,
+                    records, chosen, lambda r, a=a, b=b: class_difference(r, b, a), k,
+                    min_documents, hrefs,
                 ),
             }
         )  # fmt: skip
@@ -216,7 +216,7 @@ def confusion_cells(
         true, predicted = record.get("label"), record.get("predicted")
         if true not in label_names or predicted not in label_names or true == predicted:
             continue
-        difference = _difference(record, predicted, true)
+        difference = class_difference(record, predicted, true)
         words: list[dict[str, Any]] = []
         if difference is not None:
             read = record["words_read"]
@@ -224,7 +224,7 @@ def confusion_cells(
             words = [
                 {"word": record["words"][i], "score": difference[i]}
                 for i in ranked
-                if difference[i] > 0 and _is_word(record["words"][i])
+                if difference[i] > 0 and is_word(record["words"][i])
             ][:k]
         cells[(true, predicted)].append(
             {
