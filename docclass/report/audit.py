@@ -24,17 +24,22 @@ def contrast_words(
     record: dict[str, Any], toward: str, against: str, k: int = WORDS_PER_SIDE
 ) -> list[dict[str, Any]]:
     """The ``k`` words read that push ``record`` most toward ``toward`` rather than ``against``
-    (positive differences only, largest first); empty when the record lacks either class."""
+    (positive differences only, largest first, each word once whatever its case); empty when
+    the record lacks either class."""
     difference = class_difference(record, toward, against)
     if difference is None:
         return []
     read = record["words_read"]
     ranked = sorted(range(read), key=lambda i: -difference[i])
-    return [
-        {"word": record["words"][i], "score": difference[i]}
-        for i in ranked
-        if difference[i] > 0 and is_word(record["words"][i])
-    ][:k]
+    words, seen = [], set()
+    for i in ranked:
+        word = record["words"][i]
+        # A name repeated through an article would fill the list: each word once, at its
+        # strongest occurrence.
+        if difference[i] > 0 and is_word(word) and word.lower() not in seen:
+            seen.add(word.lower())
+            words.append({"word": word, "score": difference[i]})
+    return words[:k]
 
 
 def audit_rows(

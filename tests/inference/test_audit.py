@@ -148,10 +148,13 @@ def _record(words, given_scores, suggested_scores):
 
 
 def test_contrast_words_are_the_difference_of_the_two_classes():
-    record = _record(["alpha", "beta", ",", "gamma"], [0.5, 0.0, 0.0, 0.1], [0.1, 0.4, 0.9, 0.1])
+    record = _record(
+        ["alpha", "beta", ",", "gamma", "Beta"], [0.5, 0.0, 0.0, 0.1, 0.0], [0.1, 0.4, 0.9, 0.1, 0.6]
+    )
     toward_model = contrast_words(record, "model", "given")
-    assert [w["word"] for w in toward_model] == ["beta"]  # "," is no word, gamma is a tie
-    assert toward_model[0]["score"] == pytest.approx(0.4)
+    # "," is no word, gamma a tie, beta once (at its strongest).
+    assert [w["word"] for w in toward_model] == ["Beta"]
+    assert toward_model[0]["score"] == pytest.approx(0.6)
     assert [w["word"] for w in contrast_words(record, "given", "model")] == ["alpha"]
     assert contrast_words(record, "given", "absent") == []
 

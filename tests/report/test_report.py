@@ -649,3 +649,43 @@ def test_the_class_views_of_a_confusion_matrix():
     cells = [{"true": "c0", "predicted": "c1", "documents": [{}] * 4}]
     (pair,) = pair_rows(cells, confused, names)
     assert (pair["count"], pair["share"], pair["anchor"]) == (4, pytest.approx(0.8), "cell-1")
+
+
+@pytest.mark.fault(
+    "the label audit's page of hostile documents opened in Chromium",
+    "every id and word escaped, each entry's link opens its page; no script runs, no console "
+    "error, no network request",
+)
+def test_audit_page_in_chromium(browser, report, tmp_path):
+    from docclass.report.audit import write_audit_report
+
+    _, records = report
+    flagged = []
+    for rank, record in enumerate(records[:2], start=1):
+        suggested = next(name for name in LABELS if name != record["label"])
+        flagged.append(
+            {"rank": rank, "id": record["id"], "split": "train", "given": record["label"],
+             "suggested": suggested, "score": record["probs"][record["label"]],
+             "p_given": record["probs"][record["label"]],
+             "p_suggested": record["probs"][suggested], "fold": 0}
+        )  # fmt: skip
+    summary = {"config": "<b>x</b>.yaml", "documents": 40, "folds": 2, "flagged": 2,
+               "filter_by": "prune_by_noise_rate", "out_of_sample_accuracy": 0.9,
+               "by_class": [{"label": n, "documents": 10, "flagged": 1} for n in LABELS],
+               "retrain": None}  # fmt: skip
+    index = write_audit_report(flagged, records[:2], summary, tmp_path / "audit")
+    page, problems, dialogs = open_page(browser, index)
+    assert page.evaluate("window.pwned") is None and dialogs == []
+    links = page.locator("#audit-table a")
+    assert links.all_text_contents() == [str(record["id"]) for record in records[:2]]
+    assert page.locator("#flagged-count").text_content() == "2"
+    # The words for each label are the record's own, as text, never markup.
+    cells = page.locator("#audit-table tr:nth-child(2) td").all_text_contents()
+    assert flagged[0]["given"] in cells[2] and flagged[0]["suggested"] in cells[4]
+    words = [w for cell in (cells[3], cells[5]) for w in cell.split(", ") if w != "none"]
+    assert words and all(w in records[0]["words"] for w in words)
+    page.screenshot(path=str(tmp_path / "audit.png"), full_page=True)
+    links.first.click()
+    page.wait_for_load_state("load")
+    assert page.locator("#text").text_content() == records[0]["text"]
+    assert page.evaluate("window.pwned") is None and dialogs == [] and problems == []
