@@ -148,9 +148,8 @@ def _record(words, given_scores, suggested_scores):
 
 
 def test_contrast_words_are_the_difference_of_the_two_classes():
-    record = _record(
-        ["alpha", "beta", ",", "gamma", "Beta"], [0.5, 0.0, 0.0, 0.1, 0.0], [0.1, 0.4, 0.9, 0.1, 0.6]
-    )
+    words = ["alpha", "beta", ",", "gamma", "Beta"]
+    record = _record(words, [0.5, 0.0, 0.0, 0.1, 0.0], [0.1, 0.4, 0.9, 0.1, 0.6])
     toward_model = contrast_words(record, "model", "given")
     # "," is no word, gamma a tie, beta once (at its strongest).
     assert [w["word"] for w in toward_model] == ["Beta"]
