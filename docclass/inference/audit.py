@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from docclass.errors import ConfigError, DataError, UserError
-from docclass.inference.calibration import calibrate, write_calibration
+from docclass.inference.calibration import calibrate, labelled_logits, write_calibration
 from docclass.inference.classifier import DocClassifier
 from docclass.inference.reporting import Documents
 from docclass.interpret.explain import explain_documents
@@ -98,12 +98,10 @@ def plan_folds(
     return plans
 
 
-def audit_fingerprint(config: str, ids: list[str], texts: list[str], labels: list[str]) -> str:
-    """A hash of the config file, the audited documents and their given labels: a plan (and
-    the fold runs it made) is reused only for the very same ones."""
-    digest = hashlib.sha256(Path(config).read_bytes())
-    digest.update(json.dumps([ids, texts, labels]).encode())
-    return digest.hexdigest()
+def documents_fingerprint(ids: list[str], texts: list[str], labels: list[str]) -> str:
+    """A hash of the audited documents and their given labels: a plan (and the fold runs it
+    made) is reused only for the very same ones."""
+    return hashlib.sha256(json.dumps([ids, texts, labels]).encode()).hexdigest()
 
 
 def _fit_command(config: str, fit_args: list[str], split: Path, run_dir: Path) -> list[str]:
@@ -126,16 +124,19 @@ def _fit_command(config: str, fit_args: list[str], split: Path, run_dir: Path) -
 def fit_run(config: str, fit_args: list[str], split: dict[str, list[str]], run_dir: Path) -> dict:
     """``docclass fit`` in its own process on ``split`` (ids per split), unless its run already
     finished (``metrics.json``, written after testing); returns the run's metrics. A run
-    folder started on another split is refused, finished or not."""
-    asked = run_dir / REQUESTED_SPLIT
-    if asked.is_file() and json.loads(asked.read_text()) != split:
+    folder started, or finished, on another split is refused."""
+    asked, written = run_dir / REQUESTED_SPLIT, run_dir / "split.json"
+    metrics = run_dir / "metrics.json"
+    # The split a finished run wrote is what its DataModule really read; an unfinished one is
+    # judged by what it was asked for.
+    previous = written if metrics.is_file() else asked
+    if (metrics.is_file() or asked.is_file()) and read_json_file(previous) != split:
         raise ConfigError(
-            f"{run_dir}: was trained on another split (another plan or --filter_by); delete "
-            "that folder to train it again"
+            f"{run_dir}: was trained on another split (another plan or --filter_by), or its "
+            "split is unknown; delete that folder to train it again"
         )
     run_dir.mkdir(parents=True, exist_ok=True)
-    asked.write_text(json.dumps(split))
-    metrics = run_dir / "metrics.json"
+    write_json_file(asked, split)
     if not metrics.is_file():
         finished = subprocess.run(_fit_command(config, fit_args, asked, run_dir))
         if finished.returncode or not metrics.is_file():
@@ -143,7 +144,24 @@ def fit_run(config: str, fit_args: list[str], split: dict[str, list[str]], run_d
                 f"{run_dir}: docclass fit exited with {finished.returncode} (its output is "
                 "above); fix the cause and run the same command again: finished runs are kept"
             )
-    return json.loads(metrics.read_text())
+    return read_json_file(metrics)
+
+
+def read_json_file(path: Path) -> Any:
+    """A JSON file the audit wrote; None when absent; one line naming it when damaged."""
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except ValueError as error:
+        raise DataError(f"{path}: damaged ({error}); delete it and run again") from error
+
+
+def write_json_file(path: Path, value: Any) -> None:
+    """Written whole or not at all (a kill mid-write leaves the old file or none)."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(value))
+    partial.replace(path)
 
 
 def _calibrated_fold(
@@ -154,8 +172,9 @@ def _calibrated_fold(
     classifier = DocClassifier.load(run_dir / "checkpoints" / "last.ckpt", device=device)
     if classifier.trained.fingerprint != metrics["test"]["weights"]:
         raise DataError(
-            f"{run_dir}: checkpoints/last.ckpt is not the weights the run tested (a trainer "
-            "limit stopped it mid-epoch?); delete the folder and run the audit again"
+            f"{run_dir}: checkpoints/last.ckpt is not the weights the run tested (a "
+            "trainer.max_steps or max_time limit stopped it mid-epoch); remove that limit, "
+            "delete the folder and run again"
         )
     if classifier.labels != label_names:
         raise DataError(
@@ -170,16 +189,18 @@ def _calibrated_fold(
 
 
 def _score_fold(classifier: DocClassifier, held: Documents, weights: str) -> dict[str, Any]:
-    """The fold's model's calibrated probabilities for the documents it did not train on."""
-    results = classifier.predict(held.texts)
-    empty = [i for i, r in zip(held.ids, results, strict=True) if "probs" not in r]
-    if empty:
+    """The fold's model's calibrated probabilities for the documents it did not train on,
+    from the unrounded logits (ties at a rounded 0 would leave the ranking to pool order)."""
+    logits, _ = labelled_logits(classifier.trained, held, str(classifier.device))
+    if len(logits) != len(held.ids):
         raise DataError(
-            f"documents {empty[:3]} have no token to classify; remove them from the source"
+            f"{held.description}: {len(held.ids) - len(logits)} documents have no token to "
+            "classify; remove them from the source"
         )
+    probs = torch.softmax(logits.double() / classifier.temperature, dim=-1)
     return {
         "ids": held.ids,
-        "probs": [[r["probs"][name] for name in classifier.labels] for r in results],
+        "probs": probs.tolist(),
         "temperature": classifier.temperature,
         "weights": weights,
     }
@@ -206,16 +227,16 @@ def _fold_probabilities(
         run_dir = out / "folds" / f"fold-{fold}"
         metrics = fit_run(config, fit_args, split, run_dir)
         scored, weights = run_dir / OUT_OF_SAMPLE, metrics["test"]["weights"]
-        if not scored.is_file() or json.loads(scored.read_text()).get("weights") != weights:
+        if (read_json_file(scored) or {}).get("weights") != weights:
             validation = _fold_documents(split["val"], pool, f"fold {fold}'s validation")
             classifier = _calibrated_fold(run_dir, metrics, validation, plan["label_names"], device)
             held = _fold_documents(split["test"], pool, f"fold {fold}")
-            scored.write_text(json.dumps(_score_fold(classifier, held, weights)))
+            write_json_file(scored, _score_fold(classifier, held, weights))
             del classifier
             if torch.cuda.is_available():
                 # The next fold's process trains on the same GPU.
                 torch.cuda.empty_cache()
-        facts = json.loads(scored.read_text())
+        facts = read_json_file(scored)
         if facts["ids"] != split["test"]:
             raise DataError(f"{scored}: written for another fold; delete {run_dir} and rerun")
         by_id.update(
@@ -243,7 +264,7 @@ def find_label_issues(
     from cleanlab.filter import find_label_issues as cleanlab_issues
     from cleanlab.rank import get_label_quality_scores
 
-    # Probabilities were rounded to 6 decimals on the way: rows must sum to 1 for cleanlab.
+    # cleanlab checks that rows sum to 1; float sums may miss by an ulp.
     probs = probs / probs.sum(axis=1, keepdims=True)
     # n_jobs 1: no pool of processes forked from one holding torch's threads.
     ranked = cleanlab_issues(
@@ -287,7 +308,12 @@ def _read_or_write_plan(
     given = [pool[i][1] for i in ids]
     names = settings["label_names"]
     texts = [pool[i][0] for i in ids]
-    settings = {**settings, "documents": audit_fingerprint(settings["config"], ids, texts, given)}
+    settings = {
+        **settings,
+        # The config file itself: a fold trained under another recipe must not be mixed in.
+        "config file": hashlib.sha256(Path(settings["config"]).read_bytes()).hexdigest(),
+        "documents and labels": documents_fingerprint(ids, texts, given),
+    }
     path = out / PLAN
     if path.is_file():
         try:
@@ -307,7 +333,7 @@ def _read_or_write_plan(
     )  # fmt: skip
     plan = {**settings, "fold_splits": folds_of}
     out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(plan))
+    write_json_file(path, plan)
     return plan
 
 
@@ -320,6 +346,7 @@ def _flagged_entries(
     ids = list(pool)
     given = np.asarray([names.index(pool[i][1]) for i in ids])
     probs = np.asarray([by_id[i][1] for i in ids], dtype=float)
+    probs = probs / probs.sum(axis=1, keepdims=True)
     ranked, quality = find_label_issues(given, probs, filter_by)
     suggested = probs.argmax(axis=1)
     entries = []
@@ -438,6 +465,11 @@ def audit_command(
     if report_documents is not None and report_documents < 0:
         raise ConfigError(f"--report_documents {report_documents}: give 0 or more, or null")
     fit_args, out_dir = list(fit_args or []), Path(out)
+    if any(arg.split("=")[0] == "--ckpt_path" for arg in fit_args):
+        raise ConfigError(
+            "--fit_args: --ckpt_path is the audit's own (a checkpoint trained on the whole "
+            "split would have seen every held-out document); remove it"
+        )
     datamodule = datamodule_from_config(config, fit_args)
     datamodule.prepare()
     pool = audited_pool(datamodule)

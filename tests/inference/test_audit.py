@@ -4,7 +4,6 @@ planted flips, the CSV and page that list them, resuming, and refusing a mismatc
 import csv
 import json
 import random
-import re
 from collections import Counter
 from types import SimpleNamespace
 
@@ -17,9 +16,7 @@ from docclass.cli import main
 from docclass.data.synthetic import planted_keyword_corpus
 from docclass.errors import ConfigError, DataError
 from docclass.inference import audit
-from docclass.report.audit import contrast_words, write_audit_report
 
-pytest.importorskip("cleanlab")
 TINY = str(CONFIGS / "tiny.yaml")
 
 
@@ -94,12 +91,21 @@ def test_a_run_folder_of_another_split_is_not_reused(tmp_path, monkeypatch):
     (run_dir / audit.REQUESTED_SPLIT).write_text(json.dumps(same))
     (run_dir / "metrics.json").write_text(json.dumps({"test": {"accuracy": 1.0}}))
     monkeypatch.setattr(audit.subprocess, "run", lambda *_, **__: pytest.fail("trained"))
+    # Finished, but without the split its data module wrote: what it trained on is unknown.
+    with pytest.raises(ConfigError, match="cleaned: was trained on another split"):
+        audit.fit_run("c.yaml", [], same, run_dir)
+    (run_dir / "split.json").write_text(json.dumps(same))
     with pytest.raises(ConfigError, match="cleaned: was trained on another split"):
         audit.fit_run("c.yaml", [], {"train": ["2"], "val": [], "test": []}, run_dir)
     assert audit.fit_run("c.yaml", [], same, run_dir) == {"test": {"accuracy": 1.0}}
+    # Unfinished: judged by what it was asked to train on.
+    (run_dir / "metrics.json").unlink()
+    with pytest.raises(ConfigError, match="cleaned: was trained on another split"):
+        audit.fit_run("c.yaml", [], {"train": ["2"], "val": [], "test": []}, run_dir)
 
 
 def test_confident_learning_flags_the_confidently_contradicted_labels_lowest_first():
+    pytest.importorskip("cleanlab")
     rng = np.random.default_rng(0)
     true = np.repeat(np.arange(3), 100)
     probs = np.full((300, 3), 0.05)
@@ -130,50 +136,6 @@ def test_csv_lists_each_flagged_document_with_both_labels(tmp_path):
     ]  # fmt: skip
 
 
-def _record(words, given_scores, suggested_scores):
-    spans, start = [], 0
-    for word in words:
-        spans.append([start, start + len(word)])
-        start += len(word) + 1
-    return {
-        "id": "doc<1>", "label": "given", "predicted": "model", "words": words,
-        "text": " ".join(words), "spans": spans, "words_read": len(words), "n_tokens": len(words),
-        "tokens_read": len(words), "truncated": False,
-        "probs": {"given": 0.1, "model": 0.9}, "temperature": 1.0,
-        "logits": {"given": 0.0, "model": 1.0}, "contribution_bias": {"given": 0.0, "model": 0.0},
-        "scores": {"attention": [1 / len(words)] * len(words), "contribution": suggested_scores},
-        "contributions": {"model": suggested_scores, "given": given_scores},
-        "contribution_mean": [0.0] * len(words),
-    }  # fmt: skip
-
-
-def test_contrast_words_are_the_difference_of_the_two_classes():
-    words = ["alpha", "beta", ",", "gamma", "Beta"]
-    record = _record(words, [0.5, 0.0, 0.0, 0.1, 0.0], [0.1, 0.4, 0.9, 0.1, 0.6])
-    toward_model = contrast_words(record, "model", "given")
-    # "," is no word, gamma a tie, beta once (at its strongest).
-    assert [w["word"] for w in toward_model] == ["Beta"]
-    assert toward_model[0]["score"] == pytest.approx(0.6)
-    assert [w["word"] for w in contrast_words(record, "given", "model")] == ["alpha"]
-    assert contrast_words(record, "given", "absent") == []
-
-
-def test_audit_page_escapes_every_word_and_links_each_entry(tmp_path):
-    record = _record(["<script>alert(1)</script>", "plain"], [0.9, 0.0], [0.0, 0.7])
-    entry = {"rank": 1, "id": "doc<1>", "split": "val", "given": "given", "suggested": "model",
-             "score": 0.1, "p_given": 0.1, "p_suggested": 0.9, "fold": 0}  # fmt: skip
-    summary = {"config": "c<b>.yaml", "documents": 10, "folds": 2, "filter_by": "both",
-               "flagged": 1, "out_of_sample_accuracy": 0.9, "retrain": None,
-               "by_class": [{"label": "<i>given</i>", "documents": 5, "flagged": 1}]}  # fmt: skip
-    index = write_audit_report([entry], [record], summary, tmp_path / "report")
-    page = index.read_text()
-    assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
-    assert "doc&lt;1&gt;" in page and "c&lt;b&gt;.yaml" in page and "<i>given</i>" not in page
-    href = re.search(r'<a href="(docs/doc-[0-9]+\.html)">doc&lt;1&gt;', page).group(1)
-    assert (tmp_path / "report" / href).is_file()
-    assert "<script>alert" not in (tmp_path / "report" / href).read_text()
-
-
 @pytest.fixture(scope="module")
 def noisy_corpus(tmp_path_factory):
     """A corpus a tiny model learns (a planted keyword decides the label) with 15 labels
@@ -200,6 +162,7 @@ def noisy_corpus(tmp_path_factory):
 def test_audit_finds_planted_flips_resumes_and_refuses_another_plan(
     noisy_corpus, monkeypatch, capsys
 ):
+    pytest.importorskip("cleanlab")
     folder, flipped = noisy_corpus
     out = folder / "audit"
     fit_args = json.dumps([
@@ -233,18 +196,38 @@ def test_audit_finds_planted_flips_resumes_and_refuses_another_plan(
     assert [int(row["rank"]) for row in rows] == list(range(1, len(rows) + 1))
     assert all(row["given_label"] != row["suggested_label"] for row in rows)
     retrain = summary["retrain"]
+    # What the re-trained runs' data modules really read: no flagged document, the same test.
+    cleaned = json.loads((out / "retrain" / "cleaned" / "split.json").read_text())
+    baseline = json.loads((out / "retrain" / "baseline" / "split.json").read_text())
+    assert not found & set(cleaned["train"] + cleaned["val"])
+    assert set(baseline["train"] + baseline["val"]) - found == set(
+        cleaned["train"] + cleaned["val"]
+    )
+    assert cleaned["test"] == baseline["test"] and not set(baseline["test"]) & pool
     assert retrain["removed"] == len(rows)
     assert retrain["cleaned"]["train_documents"] < retrain["baseline"]["train_documents"]
     assert retrain["cleaned"]["documents"] == retrain["baseline"]["documents"]  # same test
     page = (out / "report" / "index.html").read_text()
     assert page.count('href="docs/doc-') == len(rows)
 
-    # Resumed: nothing trains again, the same results come back.
-    def no_training(*_, **__):
-        raise AssertionError("a finished fold was trained again")
+    # Killed after its last epoch, before testing: resumed from last.ckpt, the same results.
+    real_run = audit.subprocess.run
+    commands = []
 
-    monkeypatch.setattr(audit.subprocess, "run", no_training)
-    # Probabilities written for other weights are scored again, never reused.
+    def recorded(command, *rest, **options):
+        commands.append(command)
+        return real_run(command, *rest, **options)
+
+    monkeypatch.setattr(audit.subprocess, "run", recorded)
+    for name in ("metrics.json", "split.json", audit.OUT_OF_SAMPLE):
+        (out / "folds" / "fold-1" / name).unlink()
+    main(args)
+    assert len(commands) == 1 and "--ckpt_path" in commands[0]
+    with (out / "audit.csv").open() as handle:
+        assert list(csv.DictReader(handle)) == rows
+
+    # Resumed again: nothing trains; probabilities written for other weights are scored again.
+    monkeypatch.setattr(audit.subprocess, "run", lambda *_, **__: pytest.fail("trained again"))
     scored = out / "folds" / "fold-0" / audit.OUT_OF_SAMPLE
     stale = json.loads(scored.read_text())
     scored.write_text(json.dumps({**stale, "weights": "other", "probs": stale["probs"][::-1]}))
@@ -252,6 +235,7 @@ def test_audit_finds_planted_flips_resumes_and_refuses_another_plan(
     assert json.loads(scored.read_text()) == stale
     with (out / "audit.csv").open() as handle:
         assert list(csv.DictReader(handle)) == rows
+
     # The same folder with other settings: refused in one line, nothing of it reused.
     capsys.readouterr()
     with pytest.raises(SystemExit) as stopped:
@@ -260,3 +244,13 @@ def test_audit_finds_planted_flips_resumes_and_refuses_another_plan(
     assert stopped.value.code == 2
     line = capsys.readouterr().err.strip()
     assert "holds an audit with other folds" in line and "\n" not in line
+    # One given label changed in the source: the documents are not those the folds were cut for.
+    corpus = folder / "corpus.jsonl"
+    lines = corpus.read_text().splitlines()
+    row = next(json.loads(line) for line in lines if json.loads(line)["id"] in pool)
+    changed = {**row, "label": "zorblax" if row["label"] != "zorblax" else "quintessa"}
+    corpus.write_text("\n".join(json.dumps(changed) if json.loads(x)["id"] == row["id"] else x
+                                for x in lines) + "\n")  # fmt: skip
+    with pytest.raises(SystemExit):
+        main(args)
+    assert "holds an audit with other documents and labels" in capsys.readouterr().err

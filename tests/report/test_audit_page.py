@@ -1,0 +1,74 @@
+"""The label audit's page: the words for each label are the contrast of the two classes, each
+entry links its document's page, and every id and word is escaped."""
+
+import re
+
+import pytest
+
+from docclass.report.audit import contrast_words, write_audit_report
+
+
+def _record(words, given_scores, suggested_scores):
+    spans, start = [], 0
+    for word in words:
+        spans.append([start, start + len(word)])
+        start += len(word) + 1
+    return {
+        "id": "doc<1>", "label": "given", "predicted": "model", "words": words,
+        "text": " ".join(words), "spans": spans, "words_read": len(words), "n_tokens": len(words),
+        "tokens_read": len(words), "truncated": False,
+        "probs": {"given": 0.1, "model": 0.9}, "temperature": 1.0,
+        "logits": {"given": 0.0, "model": 1.0}, "contribution_bias": {"given": 0.0, "model": 0.0},
+        "scores": {"attention": [1 / len(words)] * len(words), "contribution": suggested_scores},
+        "contributions": {"model": suggested_scores, "given": given_scores},
+        "contribution_mean": [0.0] * len(words),
+    }  # fmt: skip
+
+
+def test_contrast_words_are_the_difference_of_the_two_classes():
+    words = ["alpha", "beta", ",", "gamma", "Beta"]
+    record = _record(words, [0.5, 0.0, 0.0, 0.1, 0.0], [0.1, 0.4, 0.9, 0.1, 0.6])
+    toward_model = contrast_words(record, "model", "given")
+    # "," is no word, gamma a tie, beta once (at its strongest).
+    assert [w["word"] for w in toward_model] == ["Beta"]
+    assert toward_model[0]["score"] == pytest.approx(0.6)
+    assert [w["word"] for w in contrast_words(record, "given", "model")] == ["alpha"]
+    assert contrast_words(record, "given", "absent") == []
+
+
+def test_audit_page_escapes_every_word_and_links_each_entry(tmp_path):
+    record = _record(["<script>alert(1)</script>", "plain"], [0.9, 0.0], [0.0, 0.7])
+    entry = {"rank": 1, "id": "doc<1>", "split": "val", "given": "given", "suggested": "model",
+             "score": 0.1, "p_given": 0.1, "p_suggested": 0.9, "fold": 0}  # fmt: skip
+    summary = {"config": "c<b>.yaml", "documents": 10, "folds": 2, "filter_by": "both",
+               "flagged": 1, "out_of_sample_accuracy": 0.9, "retrain": None,
+               "by_class": [{"label": "<i>given</i>", "documents": 5, "flagged": 1}]}  # fmt: skip
+    index = write_audit_report([entry], [record], summary, tmp_path / "report")
+    page = index.read_text()
+    # Each label's cell holds the words that pushed toward it rather than the other.
+    cells = re.search(
+        r"<b>given</b> p 0\.100</td>\s*<td>(.*?)</td>\s*<td><b>model</b> p 0\.900</td>"
+        r"\s*<td>(.*?)</td>",
+        page,
+        re.S,
+    )
+    assert cells.groups() == ("<i>&lt;script&gt;alert(1)&lt;/script&gt;</i>", "<i>plain</i>")
+    assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "doc&lt;1&gt;" in page and "c&lt;b&gt;.yaml" in page and "<i>given</i>" not in page
+    href = re.search(r'<a href="(docs/doc-[0-9]+\.html)">doc&lt;1&gt;', page).group(1)
+    assert (tmp_path / "report" / href).is_file()
+    assert "<script>alert" not in (tmp_path / "report" / href).read_text()
+    assert "are shown" not in page  # every flagged document has its entry
+
+
+def test_audit_page_says_when_it_shows_only_the_first_flagged(tmp_path):
+    record = _record(["one", "two"], [0.2, 0.0], [0.0, 0.3])
+    entry = {"rank": 1, "id": "doc<1>", "split": "train", "given": "given", "suggested": "model",
+             "score": 0.1, "p_given": 0.1, "p_suggested": 0.9, "fold": 1}  # fmt: skip
+    summary = {"config": "c.yaml", "documents": 10, "folds": 2, "filter_by": "both",
+               "flagged": 3, "out_of_sample_accuracy": 0.9, "retrain": None,
+               "by_class": []}  # fmt: skip
+    page = write_audit_report([entry], [record], summary, tmp_path / "a").read_text()
+    assert "The first 1 of the 3 flagged documents are shown" in page
+    page = write_audit_report([], [], summary, tmp_path / "b").read_text()
+    assert "The first 0 of the 3" in page and "No document was flagged" not in page
