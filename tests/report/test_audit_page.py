@@ -36,13 +36,20 @@ def test_contrast_words_are_the_difference_of_the_two_classes():
     assert contrast_words(record, "given", "absent") == []
 
 
+ENTRY = {"rank": 1, "id": "doc<1>", "split": "val", "given": "given", "suggested": "model",
+         "score": 0.1, "p_given": 0.1, "p_suggested": 0.9, "fold": 0}  # fmt: skip
+
+
+def _summary(flagged, by_class=()):
+    return {"config": "c<b>.yaml", "documents": 10, "folds": 2, "filter_by": "both",
+            "flagged": flagged, "out_of_sample_accuracy": 0.9, "retrain": None,
+            "by_class": list(by_class)}  # fmt: skip
+
+
 def test_audit_page_escapes_every_word_and_links_each_entry(tmp_path):
     record = _record(["<script>alert(1)</script>", "plain"], [0.9, 0.0], [0.0, 0.7])
-    entry = {"rank": 1, "id": "doc<1>", "split": "val", "given": "given", "suggested": "model",
-             "score": 0.1, "p_given": 0.1, "p_suggested": 0.9, "fold": 0}  # fmt: skip
-    summary = {"config": "c<b>.yaml", "documents": 10, "folds": 2, "filter_by": "both",
-               "flagged": 1, "out_of_sample_accuracy": 0.9, "retrain": None,
-               "by_class": [{"label": "<i>given</i>", "documents": 5, "flagged": 1}]}  # fmt: skip
+    entry = ENTRY
+    summary = _summary(1, [{"label": "<i>given</i>", "documents": 5, "flagged": 1}])
     index = write_audit_report([entry], [record], summary, tmp_path / "report")
     page = index.read_text()
     # Each label's cell holds the words that pushed toward it rather than the other.
@@ -63,12 +70,8 @@ def test_audit_page_escapes_every_word_and_links_each_entry(tmp_path):
 
 def test_audit_page_says_when_it_shows_only_the_first_flagged(tmp_path):
     record = _record(["one", "two"], [0.2, 0.0], [0.0, 0.3])
-    entry = {"rank": 1, "id": "doc<1>", "split": "train", "given": "given", "suggested": "model",
-             "score": 0.1, "p_given": 0.1, "p_suggested": 0.9, "fold": 1}  # fmt: skip
-    summary = {"config": "c.yaml", "documents": 10, "folds": 2, "filter_by": "both",
-               "flagged": 3, "out_of_sample_accuracy": 0.9, "retrain": None,
-               "by_class": []}  # fmt: skip
-    page = write_audit_report([entry], [record], summary, tmp_path / "a").read_text()
+    summary = _summary(3)
+    page = write_audit_report([ENTRY], [record], summary, tmp_path / "a").read_text()
     assert "The first 1 of the 3 flagged documents are shown" in page
     page = write_audit_report([], [], summary, tmp_path / "b").read_text()
     assert "The first 0 of the 3" in page and "No document was flagged" not in page
