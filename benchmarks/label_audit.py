@@ -101,33 +101,39 @@ def audit_noisy_copy(
 
 
 def planted_noise(
-    config: str, out: Path, rates: list[float], seed: int = 0, folds: int = 5
+    config: str, out: Path, rates: list[float], seeds: list[int] = (0,), folds: int = 5
 ) -> dict[str, Any]:
-    """The clean run and one audit per noise rate, with every figure the issue asks for."""
+    """The clean run and one audit per noise rate and flip seed, with every figure the issue
+    asks for (the training seed stays the config's: the seeds draw other flips)."""
     corpus = write_corpus(config, out)
     split = json.loads((out / "split.json").read_text())
     clean_args = ["--data.source", str(out / "corpus.jsonl")]
     clean = fit_run(config, clean_args, split, out / "clean")["test"]
     results = []
     for rate in rates:
-        result = audit_noisy_copy(config, corpus, out / f"noise-{rate:.2f}", rate, seed, folds)
-        retrain = result["audit"]["retrain"]
-        result["clean_accuracy"] = clean["accuracy"]
-        result["noisy_accuracy"] = retrain["baseline"]["accuracy"]
-        result["cleaned_accuracy"] = retrain["cleaned"]["accuracy"]
-        result["recovered"] = recovered_share(
-            clean["accuracy"], result["noisy_accuracy"], result["cleaned_accuracy"]
-        )
-        # In documents too: one test document is 1/n of accuracy, and the noise may cost a few.
-        n = clean["n_documents"]
-        result["test_documents"] = n
-        result["cost_documents"] = round((clean["accuracy"] - result["noisy_accuracy"]) * n)
-        result["won_back_documents"] = round(
-            (result["cleaned_accuracy"] - result["noisy_accuracy"]) * n
-        )
-        results.append(result)
-        print(json.dumps({k: v for k, v in result.items() if k != "audit"}), flush=True)
-    return {"config": config, "seed": seed, "folds": folds, "clean": clean, "results": results}
+        for seed in seeds:
+            folder = out / (f"noise-{rate:.2f}" + (f"-seed{seed}" if seed else ""))
+            result = audit_noisy_copy(config, corpus, folder, rate, seed, folds)
+            results.append({"seed": seed, **result, **_test_figures(clean, result)})
+            print(json.dumps({k: v for k, v in results[-1].items() if k != "audit"}), flush=True)
+    return {"config": config, "seeds": list(seeds), "folds": folds, "clean": clean,
+            "results": results}  # fmt: skip
+
+
+def _test_figures(clean: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    retrain = result["audit"]["retrain"]
+    noisy, cleaned = retrain["baseline"]["accuracy"], retrain["cleaned"]["accuracy"]
+    # In documents too: one test document is 1/n of accuracy, and the noise may cost a few.
+    n = clean["n_documents"]
+    return {
+        "clean_accuracy": clean["accuracy"],
+        "noisy_accuracy": noisy,
+        "cleaned_accuracy": cleaned,
+        "recovered": recovered_share(clean["accuracy"], noisy, cleaned),
+        "test_documents": n,
+        "cost_documents": round((clean["accuracy"] - noisy) * n),
+        "won_back_documents": round((cleaned - noisy) * n),
+    }
 
 
 def _share(value: float | None) -> str:
@@ -135,20 +141,38 @@ def _share(value: float | None) -> str:
 
 
 def label_audit_markdown(figures: dict[str, Any]) -> str:
-    """The planted-noise table."""
+    """The planted-noise table: a row per rate and flip seed, then each rate's mean ± sd."""
     lines = [
-        f"Planted label noise on `{figures['config']}` ({figures['folds']} folds, flip seed "
-        f"{figures['seed']}; test accuracy on clean labels {figures['clean']['accuracy']:.4f}).",
+        f"Planted label noise on `{figures['config']}` ({figures['folds']} folds, flip seeds "
+        f"{figures['seeds']}; test accuracy on clean labels {figures['clean']['accuracy']:.4f}).",
         "",
-        "| noise | flipped | flagged | precision | recall | test acc. noisy | without flagged "
-        "| recovered (test documents lost → won back) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| noise | flip seed | flipped | flagged | precision | recall | test acc. noisy "
+        "| without flagged | recovered (test documents lost → won back) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in figures["results"]:
         recovered = "—" if r["recovered"] is None else f"{r['recovered']:.2f}"
         lines.append(
-            f"| {r['rate']:.0%} | {r['flipped']} | {r['flagged']} | {_share(r['precision'])} | "
-            f"{_share(r['recall'])} | {r['noisy_accuracy']:.4f} | {r['cleaned_accuracy']:.4f} | "
-            f"{recovered} ({r['cost_documents']} → {r['won_back_documents']}) |"
+            f"| {r['rate']:.0%} | {r['seed']} | {r['flipped']} | {r['flagged']} | "
+            f"{_share(r['precision'])} | {_share(r['recall'])} | {r['noisy_accuracy']:.4f} | "
+            f"{r['cleaned_accuracy']:.4f} | {recovered} ({r['cost_documents']} → "
+            f"{r['won_back_documents']}) |"
         )
+    for rate in sorted({r["rate"] for r in figures["results"]}):
+        runs = [r for r in figures["results"] if r["rate"] == rate]
+        if len(runs) > 1:
+            lines.append(
+                f"\n{rate:.0%} over {len(runs)} flip seeds: precision "
+                f"{_spread([r['precision'] for r in runs])}, recall "
+                f"{_spread([r['recall'] for r in runs])}; test documents lost → won back "
+                + ", ".join(f"{r['cost_documents']} → {r['won_back_documents']}" for r in runs)
+                + "."
+            )
     return "\n".join(lines) + "\n"
+
+
+def _spread(values: list[float | None]) -> str:
+    known = np.asarray([v for v in values if v is not None], dtype=float)
+    if not len(known):
+        return "—"
+    return f"{known.mean():.3f} ± {known.std(ddof=1) if len(known) > 1 else 0.0:.3f}"

@@ -18,14 +18,16 @@ from benchmarks.label_audit import label_audit_markdown, planted_noise
 parser = argparse.ArgumentParser(description=__doc__)
 parser.add_argument("--config", default="configs/bbc.yaml")
 parser.add_argument("--rates", nargs="+", type=float, default=[0.05, 0.1, 0.2])
-parser.add_argument("--seed", type=int, default=0, help="seed of the flips")
+parser.add_argument(
+    "--seeds", nargs="+", type=int, default=[0], help="seeds of the flips (one audit each)"
+)
 parser.add_argument("--folds", type=int, default=5)
 parser.add_argument("--runs", default="reports/label-audit-runs")
 parser.add_argument("--out", default="reports/label-audit")
 args = parser.parse_args()
 logging.basicConfig(level=logging.WARNING)
 datasets.disable_progress_bars()
-figures = planted_noise(args.config, Path(args.runs), args.rates, args.seed, args.folds)
+figures = planted_noise(args.config, Path(args.runs), args.rates, args.seeds, args.folds)
 out = Path(args.out)
 out.with_suffix(".json").write_text(json.dumps(figures, indent=2) + "\n")
 out.with_suffix(".md").write_text(label_audit_markdown(figures))

@@ -100,3 +100,33 @@ def test_streaming_speed_reads_every_document_each_way(tmp_path):
     for name, row in ways.items():
         if row is not unbucketed:
             assert row["padding_efficiency"] > unbucketed["padding_efficiency"], name
+
+
+def test_planted_noise_flips_only_training_labels_and_scores_the_flags():
+    from benchmarks.label_audit import (
+        flip_labels,
+        label_audit_markdown,
+        recovered_share,
+        score_flags,
+    )
+
+    rows = [{"id": str(i), "text": "t", "label": "abc"[i % 3], "split": "train"} for i in range(90)]
+    rows += [{"id": f"t{i}", "text": "t", "label": "a", "split": "test"} for i in range(10)]
+    noisy, flipped = flip_labels(rows, ["a", "b", "c"], 0.1, seed=0)
+    assert len(flipped) == 9 and not any(i.startswith("t") for i in flipped)
+    changed = {row["id"] for row, was in zip(noisy, rows, strict=True) if row != was}
+    assert changed == flipped  # every flip moved to another class, nothing else changed
+    assert flip_labels(rows, ["a", "b", "c"], 0.1, seed=0)[1] == flipped
+    assert score_flags({"1", "2", "x"}, {"1", "2", "3", "4"}) == {
+        "flagged": 3, "flipped": 4, "found": 2, "precision": 2 / 3, "recall": 0.5,
+    }  # fmt: skip
+    assert recovered_share(0.97, 0.93, 0.95) == pytest.approx(0.5)
+    assert recovered_share(0.95, 0.95, 0.96) is None  # the noise cost nothing
+    run = {"rate": 0.05, "flipped": 4, "flagged": 3, "precision": 0.5, "recall": 0.5,
+           "noisy_accuracy": 0.9, "cleaned_accuracy": 0.95, "recovered": 0.5,
+           "cost_documents": 2, "won_back_documents": 1}  # fmt: skip
+    figures = {"config": "c.yaml", "folds": 5, "seeds": [0, 1], "clean": {"accuracy": 0.97},
+               "results": [{**run, "seed": 0}, {**run, "seed": 1, "precision": 0.7}]}  # fmt: skip
+    table = label_audit_markdown(figures)
+    assert "| 5% | 1 | 4 | 3 | 0.700 | 0.500 |" in table
+    assert "5% over 2 flip seeds: precision 0.600 ± 0.141, recall 0.500 ± 0.000" in table
