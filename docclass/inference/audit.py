@@ -34,6 +34,7 @@ from docclass.inference.calibration import calibrate, labelled_logits, write_cal
 from docclass.inference.classifier import DocClassifier
 from docclass.inference.reporting import Documents
 from docclass.interpret.explain import explain_documents
+from docclass.interpret.inputs import encode_documents
 
 PLAN = "audit_plan.json"
 OUT_OF_SAMPLE = "out_of_sample.json"
@@ -157,10 +158,14 @@ def read_json_file(path: Path) -> Any:
         raise DataError(f"{path}: damaged ({error}); delete it and run again") from error
 
 
-def write_json_file(path: Path, value: Any) -> None:
+def write_json_file(path: Path, value: Any, indent: int | None = None) -> None:
     """Written whole or not at all (a kill mid-write leaves the old file or none)."""
+    write_whole(path, json.dumps(value, indent=indent) + "\n")
+
+
+def write_whole(path: Path, text: str) -> None:
     partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(value))
+    partial.write_text(text, encoding="utf-8")
     partial.replace(path)
 
 
@@ -173,8 +178,8 @@ def _calibrated_fold(
     if classifier.trained.fingerprint != metrics["test"]["weights"]:
         raise DataError(
             f"{run_dir}: checkpoints/last.ckpt is not the weights the run tested (a "
-            "trainer.max_steps or max_time limit stopped it mid-epoch); remove that limit, "
-            "delete the folder and run again"
+            "trainer.max_steps or max_time limit stopped it mid-epoch, or the folder was "
+            "edited); remove such a limit, delete the folder and run again"
         )
     if classifier.labels != label_names:
         raise DataError(
@@ -193,9 +198,12 @@ def _score_fold(classifier: DocClassifier, held: Documents, weights: str) -> dic
     from the unrounded logits (ties at a rounded 0 would leave the ranking to pool order)."""
     logits, _ = labelled_logits(classifier.trained, held, str(classifier.device))
     if len(logits) != len(held.ids):
+        trained = classifier.trained
+        encoded = encode_documents(trained.tokenizer, held.texts, trained.max_tokens)
+        empty = [i for i, document in zip(held.ids, encoded, strict=True) if not document.token_ids]
         raise DataError(
-            f"{held.description}: {len(held.ids) - len(logits)} documents have no token to "
-            "classify; remove them from the source"
+            f"{held.description}: documents {empty[:3]} have no token to classify; remove them "
+            "from the source"
         )
     probs = torch.softmax(logits.double() / classifier.temperature, dim=-1)
     return {
@@ -204,6 +212,14 @@ def _score_fold(classifier: DocClassifier, held: Documents, weights: str) -> dic
         "temperature": classifier.temperature,
         "weights": weights,
     }
+
+
+def _readable(path: Path) -> Any:
+    """A file the audit can write again (a fold's probabilities): damaged counts as absent."""
+    try:
+        return read_json_file(path)
+    except DataError:
+        return None
 
 
 def _fold_documents(split: list[str], pool: dict[str, tuple[str, str]], what: str) -> Documents:
@@ -227,7 +243,7 @@ def _fold_probabilities(
         run_dir = out / "folds" / f"fold-{fold}"
         metrics = fit_run(config, fit_args, split, run_dir)
         scored, weights = run_dir / OUT_OF_SAMPLE, metrics["test"]["weights"]
-        if (read_json_file(scored) or {}).get("weights") != weights:
+        if (_readable(scored) or {}).get("weights") != weights:
             validation = _fold_documents(split["val"], pool, f"fold {fold}'s validation")
             classifier = _calibrated_fold(run_dir, metrics, validation, plan["label_names"], device)
             held = _fold_documents(split["test"], pool, f"fold {fold}")
@@ -366,7 +382,8 @@ def _flagged_entries(
 def write_audit_csv(entries: list[dict[str, Any]], path: Path) -> None:
     """One row per flagged document: ``score`` is the out-of-sample probability of the given
     label (cleanlab's self-confidence: lower, more likely wrong)."""
-    with path.open("w", newline="", encoding="utf-8") as handle:
+    partial = path.with_name(path.name + ".partial")
+    with partial.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(CSV_FIELDS)
         for e in entries:
@@ -376,6 +393,7 @@ def write_audit_csv(entries: list[dict[str, Any]], path: Path) -> None:
                     round(e["p_given"], 6), round(e["p_suggested"], 6), e["fold"],
                 ]
             )  # fmt: skip
+    partial.replace(path)
 
 
 def _explain_flagged(
@@ -492,7 +510,7 @@ def audit_command(
     shown = entries[:report_documents] if report_documents is not None else entries
     records = _explain_flagged(shown, pool, out_dir, device)
     index = write_audit_report(shown, records, summary, out_dir / "report")
-    (out_dir / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    write_json_file(out_dir / SUMMARY, summary, indent=2)
     print(
         f"audit: {len(entries)} of {len(pool)} documents flagged "
         f"(out-of-sample accuracy {accuracy:.4f}) → {out_dir / AUDIT_CSV}, {index}"

@@ -289,9 +289,13 @@ class RunReport(pl.Callback):
         }
         metric_log = self._metric_log(trainer)
         metrics["metric_log"] = str(metric_log) if metric_log else None
-        (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, default=str))
         if datamodule is not None and hasattr(datamodule, "write_split"):
             datamodule.write_split(run_dir / "split.json")
+        # metrics.json last and whole: its presence says the run finished (docclass audit and
+        # the benchmarks reuse such runs), so a kill must leave it absent, never half-written.
+        partial = run_dir / "metrics.json.partial"
+        partial.write_text(json.dumps(metrics, indent=2, default=str))
+        partial.replace(run_dir / "metrics.json")
         print(
             f"test accuracy {scores['accuracy']:.4f}  macro-F1 {scores['macro_f1']:.4f}  "
             f"({scores['n_documents']} documents)  → {run_dir}/metrics.json"

@@ -130,3 +130,4 @@ def test_planted_noise_flips_only_training_labels_and_scores_the_flags():
     table = label_audit_markdown(figures)
     assert "| 5% | 1 | 4 | 3 | 0.700 | 0.500 |" in table
     assert "5% over 2 flip seeds: precision 0.600 ± 0.141, recall 0.500 ± 0.000" in table
+    assert "flip seeds 0, 1;" in table

@@ -104,6 +104,20 @@ def test_a_run_folder_of_another_split_is_not_reused(tmp_path, monkeypatch):
         audit.fit_run("c.yaml", [], {"train": ["2"], "val": [], "test": []}, run_dir)
 
 
+@pytest.mark.fault(
+    "audit: --ckpt_path among the fit arguments",
+    "refused in one line before anything is read: every fold would start from a model that "
+    "saw its held-out documents",
+)
+def test_a_checkpoint_for_the_folds_is_refused(capsys, tmp_path):
+    fit_args = json.dumps(["--ckpt_path", "reports/bbc/checkpoints/last.ckpt"])
+    with pytest.raises(SystemExit) as stopped:
+        main(["audit", "--config", TINY, "--out", str(tmp_path), "--fit_args", fit_args])
+    assert stopped.value.code == 2
+    assert "--ckpt_path is the audit's own" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
 def test_confident_learning_flags_the_confidently_contradicted_labels_lowest_first():
     pytest.importorskip("cleanlab")
     rng = np.random.default_rng(0)
@@ -249,8 +263,12 @@ def test_audit_finds_planted_flips_resumes_and_refuses_another_plan(
     lines = corpus.read_text().splitlines()
     row = next(json.loads(line) for line in lines if json.loads(line)["id"] in pool)
     changed = {**row, "label": "zorblax" if row["label"] != "zorblax" else "quintessa"}
+    original = corpus.read_text()
     corpus.write_text("\n".join(json.dumps(changed) if json.loads(x)["id"] == row["id"] else x
                                 for x in lines) + "\n")  # fmt: skip
-    with pytest.raises(SystemExit):
-        main(args)
+    try:
+        with pytest.raises(SystemExit):
+            main(args)
+    finally:
+        corpus.write_text(original)  # the module's corpus, as the fixture made it
     assert "holds an audit with other documents and labels" in capsys.readouterr().err
