@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 import subprocess
 import sys
@@ -32,6 +33,7 @@ import torch
 from docclass.errors import ConfigError, DataError, UserError
 from docclass.inference.calibration import calibrate, labelled_logits, write_calibration
 from docclass.inference.classifier import DocClassifier
+from docclass.inference.model_facts import read_json
 from docclass.inference.reporting import Documents
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.inputs import encode_documents
@@ -131,7 +133,7 @@ def fit_run(config: str, fit_args: list[str], split: dict[str, list[str]], run_d
     # The split a finished run wrote is what its DataModule really read; an unfinished one is
     # judged by what it was asked for.
     previous = written if metrics.is_file() else asked
-    if (metrics.is_file() or asked.is_file()) and read_json_file(previous) != split:
+    if (metrics.is_file() or asked.is_file()) and read_json(previous) != split:
         raise ConfigError(
             f"{run_dir}: was trained on another split (another plan or --filter_by), or its "
             "split is unknown; delete that folder to train it again"
@@ -145,17 +147,7 @@ def fit_run(config: str, fit_args: list[str], split: dict[str, list[str]], run_d
                 f"{run_dir}: docclass fit exited with {finished.returncode} (its output is "
                 "above); fix the cause and run the same command again: finished runs are kept"
             )
-    return read_json_file(metrics)
-
-
-def read_json_file(path: Path) -> Any:
-    """A JSON file the audit wrote; None when absent; one line naming it when damaged."""
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except ValueError as error:
-        raise DataError(f"{path}: damaged ({error}); delete it and run again") from error
+    return read_json(metrics)
 
 
 def write_json_file(path: Path, value: Any, indent: int | None = None) -> None:
@@ -164,6 +156,7 @@ def write_json_file(path: Path, value: Any, indent: int | None = None) -> None:
 
 
 def write_whole(path: Path, text: str) -> None:
+    """``text`` into ``path`` through a temporary file and a rename."""
     partial = path.with_name(path.name + ".partial")
     partial.write_text(text, encoding="utf-8")
     partial.replace(path)
@@ -217,8 +210,8 @@ def _score_fold(classifier: DocClassifier, held: Documents, weights: str) -> dic
 def _readable(path: Path) -> Any:
     """A file the audit can write again (a fold's probabilities): damaged counts as absent."""
     try:
-        return read_json_file(path)
-    except DataError:
+        return read_json(path)
+    except UserError:
         return None
 
 
@@ -243,16 +236,17 @@ def _fold_probabilities(
         run_dir = out / "folds" / f"fold-{fold}"
         metrics = fit_run(config, fit_args, split, run_dir)
         scored, weights = run_dir / OUT_OF_SAMPLE, metrics["test"]["weights"]
-        if (_readable(scored) or {}).get("weights") != weights:
+        facts = _readable(scored) or {}
+        if facts.get("weights") != weights:
             validation = _fold_documents(split["val"], pool, f"fold {fold}'s validation")
             classifier = _calibrated_fold(run_dir, metrics, validation, plan["label_names"], device)
             held = _fold_documents(split["test"], pool, f"fold {fold}")
-            write_json_file(scored, _score_fold(classifier, held, weights))
+            facts = _score_fold(classifier, held, weights)
+            write_json_file(scored, facts)
             del classifier
             if torch.cuda.is_available():
                 # The next fold's process trains on the same GPU.
                 torch.cuda.empty_cache()
-        facts = read_json_file(scored)
         if facts["ids"] != split["test"]:
             raise DataError(f"{scored}: written for another fold; delete {run_dir} and rerun")
         by_id.update(
@@ -362,7 +356,6 @@ def _flagged_entries(
     ids = list(pool)
     given = np.asarray([names.index(pool[i][1]) for i in ids])
     probs = np.asarray([by_id[i][1] for i in ids], dtype=float)
-    probs = probs / probs.sum(axis=1, keepdims=True)
     ranked, quality = find_label_issues(given, probs, filter_by)
     suggested = probs.argmax(axis=1)
     entries = []
@@ -382,18 +375,17 @@ def _flagged_entries(
 def write_audit_csv(entries: list[dict[str, Any]], path: Path) -> None:
     """One row per flagged document: ``score`` is the out-of-sample probability of the given
     label (cleanlab's self-confidence: lower, more likely wrong)."""
-    partial = path.with_name(path.name + ".partial")
-    with partial.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(CSV_FIELDS)
-        for e in entries:
-            writer.writerow(
-                [
-                    e["rank"], e["id"], e["split"], e["given"], e["suggested"], e["score"],
-                    round(e["p_given"], 6), round(e["p_suggested"], 6), e["fold"],
-                ]
-            )  # fmt: skip
-    partial.replace(path)
+    table = io.StringIO(newline="")
+    writer = csv.writer(table)
+    writer.writerow(CSV_FIELDS)
+    for e in entries:
+        writer.writerow(
+            [
+                e["rank"], e["id"], e["split"], e["given"], e["suggested"], e["score"],
+                round(e["p_given"], 6), round(e["p_suggested"], 6), e["fold"],
+            ]
+        )  # fmt: skip
+    write_whole(path, table.getvalue())
 
 
 def _explain_flagged(
