@@ -21,8 +21,10 @@ import csv
 import hashlib
 import io
 import json
+import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
@@ -30,7 +32,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from docclass.errors import ConfigError, DataError, UserError
+from docclass.errors import ConfigError, DataError, RunStopped, UserError
 from docclass.inference.calibration import calibrate, labelled_logits, write_calibration
 from docclass.inference.classifier import DocClassifier
 from docclass.inference.model_facts import read_json
@@ -44,6 +46,8 @@ AUDIT_CSV = "audit.csv"
 SUMMARY = "audit.json"
 # What a run folder was asked to train on: a folder started on another split is refused.
 REQUESTED_SPLIT = "requested_split.json"
+# Seconds a stopped fold's process gets to end after SIGTERM before it is killed.
+CHILD_STOP_SECONDS = 30
 CSV_FIELDS = (
     "rank", "id", "split", "given_label", "suggested_label", "score",
     "p_given", "p_suggested", "fold",
@@ -141,13 +145,41 @@ def fit_run(config: str, fit_args: list[str], split: dict[str, list[str]], run_d
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json_file(asked, split)
     if not metrics.is_file():
-        finished = subprocess.run(_fit_command(config, fit_args, asked, run_dir))
-        if finished.returncode or not metrics.is_file():
+        returncode = run_child(_fit_command(config, fit_args, asked, run_dir))
+        if returncode or not metrics.is_file():
             raise UserError(
-                f"{run_dir}: docclass fit exited with {finished.returncode} (its output is "
-                "above); fix the cause and run the same command again: finished runs are kept"
+                f"{run_dir}: docclass fit exited with {returncode} (its output is above); fix "
+                "the cause and run the same command again: finished runs are kept"
             )
     return read_json(metrics)
+
+
+def _stopped(signum: int, frame: Any) -> None:
+    raise RunStopped(
+        "audit stopped by SIGTERM, and the fold it was training with it; run the same "
+        "command again to resume (finished folds are kept, the stopped one goes on from its "
+        "last.ckpt)"
+    )
+
+
+def run_child(command: list[str]) -> int:
+    """Run a child process to its end; SIGTERM to the audit, Ctrl+C or any error here stops
+    the child too, so no ``docclass fit`` keeps training behind a stopped audit."""
+    child = subprocess.Popen(command)
+    handles = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _stopped) if handles else None
+    try:
+        return child.wait()
+    finally:
+        if handles:
+            signal.signal(signal.SIGTERM, previous)
+        if child.poll() is None:
+            child.terminate()
+            try:
+                child.wait(timeout=CHILD_STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
 
 
 def write_json_file(path: Path, value: Any, indent: int | None = None) -> None:

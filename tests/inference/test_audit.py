@@ -3,8 +3,14 @@ planted flips, the CSV and page that list them, resuming, and refusing a mismatc
 
 import csv
 import json
+import os
 import random
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
+from pathlib import Path
 from types import SimpleNamespace
 
 import datasets
@@ -90,7 +96,7 @@ def test_a_run_folder_of_another_split_is_not_reused(tmp_path, monkeypatch):
     same = {"train": ["1"], "val": [], "test": []}
     (run_dir / audit.REQUESTED_SPLIT).write_text(json.dumps(same))
     (run_dir / "metrics.json").write_text(json.dumps({"test": {"accuracy": 1.0}}))
-    monkeypatch.setattr(audit.subprocess, "run", lambda *_, **__: pytest.fail("trained"))
+    monkeypatch.setattr(audit, "run_child", lambda *_, **__: pytest.fail("trained"))
     # Finished, but without the split its data module wrote: what it trained on is unknown.
     with pytest.raises(ConfigError, match="cleaned: was trained on another split"):
         audit.fit_run("c.yaml", [], same, run_dir)
@@ -225,14 +231,14 @@ def test_audit_finds_planted_flips_resumes_and_refuses_another_plan(
     assert page.count('href="docs/doc-') == len(rows)
 
     # Killed after its last epoch, before testing: resumed from last.ckpt, the same results.
-    real_run = audit.subprocess.run
+    real_run = audit.run_child
     commands = []
 
-    def recorded(command, *rest, **options):
+    def recorded(command):
         commands.append(command)
-        return real_run(command, *rest, **options)
+        return real_run(command)
 
-    monkeypatch.setattr(audit.subprocess, "run", recorded)
+    monkeypatch.setattr(audit, "run_child", recorded)
     for name in ("metrics.json", "split.json", audit.OUT_OF_SAMPLE):
         (out / "folds" / "fold-1" / name).unlink()
     main(args)
@@ -241,7 +247,7 @@ def test_audit_finds_planted_flips_resumes_and_refuses_another_plan(
         assert list(csv.DictReader(handle)) == rows
 
     # Resumed again: nothing trains; probabilities written for other weights are scored again.
-    monkeypatch.setattr(audit.subprocess, "run", lambda *_, **__: pytest.fail("trained again"))
+    monkeypatch.setattr(audit, "run_child", lambda *_, **__: pytest.fail("trained again"))
     scored = out / "folds" / "fold-0" / audit.OUT_OF_SAMPLE
     stale = json.loads(scored.read_text())
     scored.write_text(json.dumps({**stale, "weights": "other", "probs": stale["probs"][::-1]}))
@@ -272,3 +278,43 @@ def test_audit_finds_planted_flips_resumes_and_refuses_another_plan(
     finally:
         corpus.write_text(original)  # the module's corpus, as the fixture made it
     assert "holds an audit with other documents and labels" in capsys.readouterr().err
+
+
+def _children(pid):
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except FileNotFoundError:
+        return []
+
+
+@pytest.mark.fault(
+    "audit: SIGTERM while a fold trains",
+    "the audit and the fold's docclass fit both end; the same command resumes",
+)
+def test_sigterm_to_the_audit_ends_the_fold_it_is_training(tmp_path):
+    out = tmp_path / "audit"
+    # A fold that trains long enough to be caught (it is stopped long before it ends).
+    fit_args = json.dumps(["--trainer.max_epochs", "200", "--trainer.callbacks=[]"])
+    audit_process = subprocess.Popen(
+        [sys.executable, "-m", "docclass.cli", "audit", "--config", TINY, "--out", str(out),
+         "--folds", "2", "--fit_args", fit_args],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (out / "folds" / "fold-0" / "checkpoints" / "last.ckpt").is_file():
+        assert audit_process.poll() is None and time.monotonic() < deadline, "no fold trained"
+        time.sleep(0.5)
+    folds = _children(audit_process.pid)
+    assert len(folds) == 1
+    audit_process.send_signal(signal.SIGTERM)
+    _, errors = audit_process.communicate(timeout=60)
+    assert audit_process.returncode == 2
+    assert "audit stopped by SIGTERM" in errors.strip().splitlines()[-1]
+    for _ in range(60):
+        if not Path(f"/proc/{folds[0]}").exists():
+            break
+        time.sleep(0.5)
+    outlived = Path(f"/proc/{folds[0]}").exists()
+    if outlived:  # not left training for 200 epochs behind a failed test
+        os.kill(folds[0], signal.SIGKILL)
+    assert not outlived, "the fold's docclass fit outlived the audit"
