@@ -37,7 +37,8 @@ from docclass.inference.calibration import calibrate, labelled_logits, write_cal
 from docclass.inference.classifier import DocClassifier
 from docclass.inference.model_facts import read_json
 from docclass.inference.reporting import Documents
-from docclass.interpret.explain import explain_documents
+from docclass.interpret.default_method import DefaultMethod, default_method
+from docclass.interpret.explain import CONTRAST_RULES, class_contrast, explain_documents
 from docclass.interpret.inputs import encode_documents
 
 PLAN = "audit_plan.json"
@@ -422,24 +423,47 @@ def write_audit_csv(entries: list[dict[str, Any]], path: Path) -> None:
 
 def _explain_flagged(
     entries: list[dict[str, Any]], pool: dict[str, tuple[str, str]], out: Path, device: str
-) -> list[dict[str, Any]]:
-    """Each flagged document explained by the fold model that did not train on it, keeping
-    the contributions of its given and suggested classes; in rank order."""
+) -> tuple[list[dict[str, Any]], DefaultMethod]:
+    """Each flagged document explained by the fold model that did not train on it, in rank
+    order, with ``audit_contrast``: each word's push toward the suggested class rather than
+    the given one, by the fold model's default method. Also that method and why."""
     records: dict[str, dict[str, Any]] = {}
+    shown = None
     for fold in sorted({e["fold"] for e in entries}):
         chosen = [e for e in entries if e["fold"] == fold]
         run_dir = out / "folds" / f"fold-{fold}"
         classifier = DocClassifier.load(run_dir / "checkpoints" / "last.ckpt", device=device)
+        shown = shown or _contrast_method(classifier.default)
+        texts = [pool[e["id"]][0] for e in chosen]
         explained = explain_documents(
             classifier.trained,
-            [pool[e["id"]][0] for e in chosen],
+            texts,
             doc_ids=[e["id"] for e in chosen],
             labels=[e["given"] for e in chosen],
             classes="contrast",
             device=classifier.device,
         )
-        records.update({str(r["id"]): r for r in explained})
-    return [records[str(e["id"])] for e in entries]
+        toward, against = [e["suggested"] for e in chosen], [e["given"] for e in chosen]
+        contrasts = class_contrast(
+            classifier.trained, texts, toward, against, shown.method, device=classifier.device
+        )
+        for record, high, low, scores in zip(explained, toward, against, contrasts, strict=True):
+            record["audit_contrast"] = {
+                "method": shown.method,
+                "toward": high,
+                "against": low,
+                "scores": scores,
+            }
+            records[str(record["id"])] = record
+    return [records[str(e["id"])] for e in entries], shown or _contrast_method(None)
+
+
+def _contrast_method(default: DefaultMethod | None) -> DefaultMethod:
+    """The fold model's default method when it can contrast two classes, else the unmeasured
+    default (a fold run measures no faithfulness, so this is the unmeasured default anyway)."""
+    if default is not None and default.method in CONTRAST_RULES:
+        return default
+    return default_method(None)
 
 
 def retrain_without(
@@ -532,8 +556,9 @@ def audit_command(
         flagged = {e["id"] for e in entries}
         summary["retrain"] = retrain_without(datamodule, flagged, out_dir, config, fit_args)
     shown = entries[:report_documents] if report_documents is not None else entries
-    records = _explain_flagged(shown, pool, out_dir, device)
-    index = write_audit_report(shown, records, summary, out_dir / "report")
+    records, method = _explain_flagged(shown, pool, out_dir, device)
+    summary["contrast_method"] = method.method
+    index = write_audit_report(shown, records, summary, out_dir / "report", method)
     write_json_file(out_dir / SUMMARY, summary, indent=2)
     print(
         f"audit: {len(entries)} of {len(pool)} documents flagged "

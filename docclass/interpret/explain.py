@@ -19,7 +19,14 @@ import torch
 
 from docclass.artifacts.load import TrainedClassifier
 from docclass.interpret.inputs import DocumentInput, batched, encode_documents, float32_model
-from docclass.interpret.methods import ScoringPass, rollout_by_depth, scoring_pass, token_scores
+from docclass.interpret.methods import (
+    RELEVANCE_METHODS,
+    ScoringPass,
+    rollout_by_depth,
+    scoring_pass,
+    token_scores,
+    word_relevance,
+)
 from docclass.interpret.records import EMPTY_DOCUMENT, compact
 from docclass.nn.attention import banded_to_dense
 
@@ -35,6 +42,12 @@ CONTRAST_MOST = 5
 # Per-layer, per-head word-by-word maps are drawn only for documents this short: beyond it the
 # map is unreadable, and skipping it keeps whole-corpus reports fast.
 LAYER_MAP_MAX_WORDS = 60
+
+# The class-specific methods a contrast of two classes can use, with the relevance rule that
+# computes each (contribution needs none: the read-out after the pool is linear). Attention and
+# rollout give one score per word whatever the class, so they cannot say why one class rather
+# than another.
+CONTRAST_RULES = {"contribution": None, "grad_input": "gradient", **RELEVANCE_METHODS}
 
 
 def _per_word(document: DocumentInput, token_scores: torch.Tensor) -> list[float]:
@@ -238,3 +251,53 @@ def explain_documents(
         {"id": doc_id, "label": label, **record}
         for record, doc_id, label in zip(records, doc_ids, labels, strict=True)
     ]
+
+
+def class_contrast(
+    classifier: TrainedClassifier,
+    texts: Sequence[str],
+    toward: Sequence[str],
+    against: Sequence[str],
+    method: str,
+    batch_size: int = 16,
+    device: str | torch.device = "cpu",
+) -> list[list[float]]:
+    """Per word of each text, how much ``method`` says it raises the logit of class
+    ``toward[i]`` above that of ``against[i]``: why the one class rather than the other.
+
+    For class contribution this is ``contribution(toward) − contribution(against)``; for a
+    relevance method (gradient × input, conservative propagation) the relevance of the logit
+    difference, carried back by the same rule in one pass. An empty document gets ``[]``.
+
+    Raises:
+        ValueError: ``method`` is not class-specific (:data:`CONTRAST_RULES`), or a class name
+            is not one of the model's.
+    """
+    if method not in CONTRAST_RULES:
+        raise ValueError(
+            f"method {method!r} scores words whatever the class; a contrast needs one of "
+            f"{sorted(CONTRAST_RULES)}"
+        )
+    names = list(classifier.label_names)
+    unknown = sorted({c for c in [*toward, *against] if c not in names})
+    if unknown:
+        raise ValueError(f"classes {unknown} are not among the model's labels {names}")
+    model = float32_model(classifier.model.to(device).eval())
+    documents = encode_documents(classifier.tokenizer, texts, classifier.max_tokens)
+    scores: list[list[float]] = [[] for _ in documents]
+    rows = [document.token_ids for document in documents]
+    rule = CONTRAST_RULES[method]
+    for indices, input_ids, mask in batched(rows, batch_size, model.config.pad_id, device):
+        high = torch.tensor([names.index(toward[i]) for i in indices], device=input_ids.device)
+        low = torch.tensor([names.index(against[i]) for i in indices], device=input_ids.device)
+        if rule is None:
+            with torch.no_grad():
+                out = model(input_ids, mask)
+                every = model.token_contributions(out.token_states, out.pool_weights)  # [B,T,C]
+                picked = torch.arange(len(indices), device=every.device)
+                difference = every[picked, :, high] - every[picked, :, low]
+        else:
+            difference = word_relevance(model, input_ids, mask, high, rule, against=low)
+        for row, i in enumerate(indices):
+            scores[i] = _per_word(documents[i], difference[row])
+    return scores

@@ -141,16 +141,25 @@ def word_relevance(
     target: torch.Tensor,
     propagation: str,
     positions: torch.Tensor | None = None,
+    against: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``[B,T]``: each token's relevance for class ``target [B]`` under a rule of
-    :mod:`docclass.nn.relevance` (gradient × input at the word vectors, positions excluded)."""
+    :mod:`docclass.nn.relevance` (gradient × input at the word vectors, positions excluded).
+
+    With ``against [B]``, the relevance for ``target``'s logit minus ``against``'s: why one
+    class rather than the other. Every rule holds its scales and gates constant, so its
+    backward pass is linear in what it starts from, and this equals the relevance for
+    ``target`` minus that for ``against``, in one pass."""
     with torch.inference_mode(False), torch.enable_grad():
         words = model.token_vectors(input_ids).detach()
         vectors = words.clone().requires_grad_(True)
         logits = model(
             input_ids, mask, token_vectors=vectors, positions=positions, propagation=propagation
         ).logits
-        (gradient,) = torch.autograd.grad(logits.gather(1, target[:, None]).sum(), vectors)
+        explained = logits.gather(1, target[:, None])
+        if against is not None:
+            explained = explained - logits.gather(1, against[:, None])
+        (gradient,) = torch.autograd.grad(explained.sum(), vectors)
     return ((gradient * words).sum(dim=-1) * mask).detach()
 
 

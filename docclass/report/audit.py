@@ -1,10 +1,11 @@
 """The label audit's page: the documents whose given label the model doubts, ranked, each with
 the words that speak for the given label and for the model's.
 
-The words are the contrast of the two classes by class contribution (``contribution(model's)
-− contribution(given)`` per word, exact because the read-out after the pool is linear), read
-from explanation records that keep both classes' contributions. Every word and id goes through
-the templates' autoescaping.
+The words are the contrast of the two classes by the fold model's default word-score method:
+each word's push toward the model's label rather than the given one (``audit_contrast`` in the
+record, from :func:`docclass.interpret.explain.class_contrast`); the words for the given label
+are those with the most negative push. Every word and id goes through the templates'
+autoescaping.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from docclass.interpret.default_method import DefaultMethod
+from docclass.interpret.records import method_label
 from docclass.report.html import ASSETS_DIR, page_common, template_environment, write_document_pages
-from docclass.report.lexicon import class_difference, is_word
+from docclass.report.lexicon import is_word
 
 WORDS_PER_SIDE = 8
 
@@ -24,21 +26,25 @@ def contrast_words(
     record: dict[str, Any], toward: str, against: str, k: int = WORDS_PER_SIDE
 ) -> list[dict[str, Any]]:
     """The ``k`` words read that push ``record`` most toward ``toward`` rather than ``against``
-    (positive differences only, largest first, each word once whatever its case); empty when
-    the record lacks either class."""
-    difference = class_difference(record, toward, against)
-    if difference is None:
+    (positive pushes only, largest first, each word once whatever its case), from the record's
+    ``audit_contrast`` of the same two classes in either direction; empty when it has none."""
+    contrast = record.get("audit_contrast") or {}
+    if (contrast.get("toward"), contrast.get("against")) == (toward, against):
+        push = list(contrast["scores"])
+    elif (contrast.get("toward"), contrast.get("against")) == (against, toward):
+        push = [-score for score in contrast["scores"]]
+    else:
         return []
-    read = record["words_read"]
-    ranked = sorted(range(read), key=lambda i: -difference[i])
+    read = min(record["words_read"], len(push))
+    ranked = sorted(range(read), key=lambda i: -push[i])
     words, seen = [], set()
     for i in ranked:
         word = record["words"][i]
         # A name repeated through an article would fill the list: each word once, at its
         # strongest occurrence.
-        if difference[i] > 0 and is_word(word) and word.lower() not in seen:
+        if push[i] > 0 and is_word(word) and word.lower() not in seen:
             seen.add(word.lower())
-            words.append({"word": word, "score": difference[i]})
+            words.append({"word": word, "score": push[i]})
     return words[:k]
 
 
@@ -68,6 +74,7 @@ def write_audit_report(
     records: Sequence[dict[str, Any]],
     summary: dict[str, Any],
     out_dir: str | Path,
+    method: DefaultMethod,
     documents_dir: str = "docs",
 ) -> Path:
     """``index.html`` (the ranked table) and a page per flagged document in ``out_dir``.
@@ -75,26 +82,29 @@ def write_audit_report(
     Args:
         flagged: the flagged documents, most likely wrong first (see :func:`audit_rows`).
         records: their explanation records, same order, by the model that did not train on
-            them, each keeping the contributions of its given and suggested class.
+            them, each with its ``audit_contrast`` of the suggested class against the given.
         summary: what the page's heading says: ``documents`` audited, ``folds``, ``filter_by``,
             ``flagged``, ``out_of_sample_accuracy``, per-class counts ``by_class`` and, after a
             re-training, ``retrain``.
         out_dir: folder to write into (created).
+        method: the word-score method of the contrasts, and why; the document pages open on it.
         documents_dir: sub-folder of the document pages.
     """
     out_dir = Path(out_dir)
     common = page_common()
-    shown_first = DefaultMethod(
-        "contribution",
-        "Class contribution is shown first: the audit's words are contributions, and the page "
-        "can contrast the given label with the model's.",
-    )
-    hrefs = write_document_pages(records, out_dir, documents_dir, shown_first, common)
+    hrefs = write_document_pages(records, out_dir, documents_dir, method, common)
     rows = audit_rows(flagged, records, hrefs)
     page = (
         template_environment()
         .get_template("audit.html.j2")
-        .render(rows=rows, summary=summary, assets=f"{ASSETS_DIR}/", **common)
+        .render(
+            rows=rows,
+            summary=summary,
+            method=method,
+            method_name=method_label(method.method),
+            assets=f"{ASSETS_DIR}/",
+            **common,
+        )
     )
     (out_dir / "index.html").write_text(page, encoding="utf-8")
     return out_dir / "index.html"

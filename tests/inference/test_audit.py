@@ -5,6 +5,7 @@ import csv
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -229,6 +230,27 @@ def test_audit_finds_planted_flips_resumes_and_refuses_another_plan(
     assert retrain["cleaned"]["documents"] == retrain["baseline"]["documents"]  # same test
     page = (out / "report" / "index.html").read_text()
     assert page.count('href="docs/doc-') == len(rows)
+    # Each label's words by the default method: a flip the model undid has its planted keyword
+    # (the true label's own name) first among the words for the model's label.
+    assert summary["contrast_method"] == "conservative"
+    cells = dict(
+        (doc, (given, for_given, suggested, for_suggested))
+        for doc, given, for_given, suggested, for_suggested in re.findall(
+            r">(doc-\d+)</a>.*?<b>(\w+)</b>.*?<td>(.*?)</td>\s*<td><b>(\w+)</b>.*?<td>(.*?)</td>",
+            page,
+            re.S,
+        )
+    )
+    names = sorted(("zorblax", "quintessa", "vermilox"))  # a flip moved a label one name on
+    undone = [
+        doc
+        for doc in found & in_pool
+        if cells[doc][2] == names[(names.index(cells[doc][0]) - 1) % len(names)]
+    ]
+    assert len(undone) >= 0.5 * len(in_pool)
+    for doc in undone:
+        given, for_given, suggested, for_suggested = cells[doc]
+        assert for_suggested.startswith(f"<i>{suggested}</i>") and suggested not in for_given
 
     # Killed after its last epoch, before testing: resumed from last.ckpt, the same results.
     real_run = audit.run_child

@@ -273,7 +273,7 @@ def test_word_scores_default_to_the_method_the_models_report_trusts(ckpt, tmp_pa
     assert result["method"] == clf.default_method
     # Without a measured table, class contribution, saying so.
     bare = docclass.DocClassifier(clf.trained, device="cpu")
-    assert bare.default_method == "contribution" and "not measured" in bare.default_reason
+    assert bare.default_method == "conservative" and "not measured" in bare.default_reason
     with pytest.raises(ConfigError, match="method 'lime'"):
         clf.predict("text", word_scores=True, method="lime")
 

@@ -150,12 +150,12 @@ def test_an_export_carries_only_the_figures_of_its_own_weights(other_weights, tm
     config = json.loads((out / "config.json").read_text())
     assert "test" not in config and "other weights" in config["unmeasured"]
     assert config["faithfulness"] == {}
-    assert config["default_method"]["method"] == "contribution"  # the unmeasured default
+    assert config["default_method"]["method"] == "conservative"  # the unmeasured default
     assert "other weights" in config["default_method"]["reason"]
     card = (out / "README.md").read_text()
     assert "Not measured on these weights" in card and "accuracy **" not in card
     same_run = DocClassifier.load(other_weights, device="cpu")
-    assert same_run.default_method == "contribution" and "other weights" in same_run.default_reason
+    assert same_run.default_method == "conservative" and "other weights" in same_run.default_reason
 
 
 def test_the_api_and_the_page_choose_from_one_table(fitted, ckpt, tmp_path):

@@ -39,4 +39,4 @@ def test_without_a_sufficient_method_the_most_comprehensive_with_a_warning():
 
 def test_unmeasured_report_says_so():
     chosen = default_method(None)
-    assert chosen.method == "contribution" and "not measured" in chosen.reason
+    assert chosen.method == "conservative" and "not measured" in chosen.reason

@@ -11,7 +11,9 @@ from torch.testing import assert_close
 
 from docclass.artifacts.load import TrainedClassifier
 from docclass.data.tokenizer import align_words, encode_batch
-from docclass.interpret.explain import contrast_classes, explain_documents
+from docclass.interpret.explain import class_contrast, contrast_classes, explain_documents
+from docclass.interpret.inputs import encode_documents
+from docclass.interpret.methods import word_relevance
 from docclass.interpret.records import (
     compact,
     file_record,
@@ -200,6 +202,50 @@ def test_a_contrast_record_keeps_few_classes_and_the_mean_over_all():
         mean = [sum(values) / 12 for values in columns]
         assert kept["contribution_mean"] == pytest.approx(mean, abs=1e-6)
         assert whole["contribution_mean"] == pytest.approx(mean, abs=1e-6)
+
+
+def _relevance_per_word(classifier, text, target, rule):
+    (document,) = encode_documents(classifier.tokenizer, [text], classifier.max_tokens)
+    ids = torch.tensor([document.token_ids])
+    mask = torch.ones_like(ids)
+    scores = word_relevance(classifier.model, ids, mask, torch.tensor([target]), rule)[0]
+    n_words = len(document.alignment.word_spans)
+    return np.bincount(document.token_words, scores.double().numpy(), minlength=n_words)
+
+
+@pytest.mark.parametrize("window", [0, 3])
+def test_a_contrast_of_two_classes_is_one_class_s_scores_minus_the_other_s(window):
+    labels = ["c0", "c1", "c2", "c3"]
+    classifier = tiny_classifier(n_layers=2, attention_window=window, labels=labels)
+    texts = DOCUMENTS[:3]
+    toward, against = ["c1", "c3", "c0"], ["c0", "c1", "c2"]
+    every = explain_documents(classifier, texts, classes="all")
+    by_contribution = class_contrast(classifier, texts, toward, against, "contribution")
+    for record, high, low, contrast in zip(every, toward, against, by_contribution, strict=True):
+        difference = np.subtract(record["contributions"][high], record["contributions"][low])
+        assert_close(np.array(contrast), difference, atol=1e-5, rtol=1e-4)
+    for method, rule in (("conservative", "cp"), ("grad_input", "gradient")):
+        contrasts = class_contrast(classifier, texts, toward, against, method, batch_size=2)
+        for text, high, low, contrast in zip(texts, toward, against, contrasts, strict=True):
+            expected = _relevance_per_word(
+                classifier, text, labels.index(high), rule
+            ) - _relevance_per_word(classifier, text, labels.index(low), rule)
+            assert np.abs(expected).max() > 1e-4  # the two classes do differ
+            assert_close(np.array(contrast), expected, atol=1e-5, rtol=1e-3)
+    # The record's own conservative scores are the predicted class's: its contrast with itself
+    # is nothing.
+    predicted = [record["predicted"] for record in every]
+    nothing = class_contrast(classifier, texts, predicted, predicted, "conservative")
+    assert all(max(map(abs, contrast)) < 1e-6 for contrast in nothing)
+
+
+def test_a_contrast_needs_a_class_specific_method_and_the_model_s_classes():
+    classifier = tiny_classifier()
+    with pytest.raises(ValueError, match="'rollout' scores words whatever the class"):
+        class_contrast(classifier, DOCUMENTS[:1], ["sport"], ["tech"], "rollout")
+    with pytest.raises(ValueError, match=r"\['nope'\] are not among the model's labels"):
+        class_contrast(classifier, DOCUMENTS[:1], ["nope"], ["tech"], "conservative")
+    assert class_contrast(classifier, [""], ["sport"], ["tech"], "conservative") == [[]]
 
 
 def test_the_classes_a_record_keeps_do_not_depend_on_the_temperature():

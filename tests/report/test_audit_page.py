@@ -4,11 +4,17 @@ entry links its document's page, and every id and word is escaped."""
 import re
 
 import pytest
+from markupsafe import escape
 
+from docclass.interpret.default_method import default_method
 from docclass.report.audit import contrast_words, write_audit_report
 
+UNMEASURED = default_method(None)
 
-def _record(words, given_scores, suggested_scores):
+
+def _record(words, push):
+    """A record whose audit contrast pushes each word toward "model" rather than "given" by
+    ``push`` (negative: toward "given")."""
     spans, start = [], 0
     for word in words:
         spans.append([start, start + len(word)])
@@ -19,20 +25,23 @@ def _record(words, given_scores, suggested_scores):
         "tokens_read": len(words), "truncated": False,
         "probs": {"given": 0.1, "model": 0.9}, "temperature": 1.0,
         "logits": {"given": 0.0, "model": 1.0}, "contribution_bias": {"given": 0.0, "model": 0.0},
-        "scores": {"attention": [1 / len(words)] * len(words), "contribution": suggested_scores},
-        "contributions": {"model": suggested_scores, "given": given_scores},
-        "contribution_mean": [0.0] * len(words),
+        "scores": {"attention": [1 / len(words)] * len(words), "conservative": push},
+        "audit_contrast": {
+            "method": "conservative", "toward": "model", "against": "given", "scores": push
+        },
     }  # fmt: skip
 
 
-def test_contrast_words_are_the_difference_of_the_two_classes():
+def test_contrast_words_are_the_pushes_toward_each_class():
     words = ["alpha", "beta", ",", "gamma", "Beta"]
-    record = _record(words, [0.5, 0.0, 0.0, 0.1, 0.0], [0.1, 0.4, 0.9, 0.1, 0.6])
+    record = _record(words, [-0.4, 0.4, 0.9, 0.0, 0.6])
     toward_model = contrast_words(record, "model", "given")
-    # "," is no word, gamma a tie, beta once (at its strongest).
+    # "," is no word, gamma no push, beta once (at its strongest).
     assert [w["word"] for w in toward_model] == ["Beta"]
     assert toward_model[0]["score"] == pytest.approx(0.6)
+    # The other direction reads the same contrast negated.
     assert [w["word"] for w in contrast_words(record, "given", "model")] == ["alpha"]
+    assert contrast_words(record, "given", "model")[0]["score"] == pytest.approx(0.4)
     assert contrast_words(record, "given", "absent") == []
 
 
@@ -47,10 +56,10 @@ def _summary(flagged, by_class=()):
 
 
 def test_audit_page_escapes_every_word_and_links_each_entry(tmp_path):
-    record = _record(["<script>alert(1)</script>", "plain"], [0.9, 0.0], [0.0, 0.7])
+    record = _record(["<script>alert(1)</script>", "plain"], [-0.9, 0.7])
     entry = ENTRY
     summary = _summary(1, [{"label": "<i>given</i>", "documents": 5, "flagged": 1}])
-    index = write_audit_report([entry], [record], summary, tmp_path / "report")
+    index = write_audit_report([entry], [record], summary, tmp_path / "report", UNMEASURED)
     page = index.read_text()
     # Each label's cell holds the words that pushed toward it rather than the other.
     cells = re.search(
@@ -66,12 +75,16 @@ def test_audit_page_escapes_every_word_and_links_each_entry(tmp_path):
     assert (tmp_path / "report" / href).is_file()
     assert "<script>alert" not in (tmp_path / "report" / href).read_text()
     assert "are shown" not in page  # every flagged document has its entry
+    # The page names the method of its words, and the document page opens on it.
+    assert "conservative propagation" in re.search(r'id="contrast-method">(.*?)<', page).group(1)
+    assert str(escape(UNMEASURED.reason)) in page
+    assert str(escape(UNMEASURED.reason)) in (tmp_path / "report" / href).read_text()
 
 
 def test_audit_page_says_when_it_shows_only_the_first_flagged(tmp_path):
-    record = _record(["one", "two"], [0.2, 0.0], [0.0, 0.3])
+    record = _record(["one", "two"], [-0.2, 0.3])
     summary = _summary(3)
-    page = write_audit_report([ENTRY], [record], summary, tmp_path / "a").read_text()
+    page = write_audit_report([ENTRY], [record], summary, tmp_path / "a", UNMEASURED).read_text()
     assert "The first 1 of the 3 flagged documents are shown" in page
-    page = write_audit_report([], [], summary, tmp_path / "b").read_text()
+    page = write_audit_report([], [], summary, tmp_path / "b", UNMEASURED).read_text()
     assert "The first 0 of the 3" in page and "No document was flagged" not in page

@@ -657,11 +657,12 @@ def test_the_class_views_of_a_confusion_matrix():
     "error, no network request",
 )
 def test_audit_page_in_chromium(browser, report, tmp_path):
+    from docclass.interpret.default_method import default_method
     from docclass.report.audit import write_audit_report
 
-    _, records = report
+    records = [dict(record) for record in report[1][:2]]  # the module's records left as they are
     flagged = []
-    for rank, record in enumerate(records[:2], start=1):
+    for rank, record in enumerate(records, start=1):
         suggested = next(name for name in LABELS if name != record["label"])
         flagged.append(
             {"rank": rank, "id": record["id"], "split": "train", "given": record["label"],
@@ -669,15 +670,19 @@ def test_audit_page_in_chromium(browser, report, tmp_path):
              "p_given": record["probs"][record["label"]],
              "p_suggested": record["probs"][suggested], "fold": 0}
         )  # fmt: skip
+        # The audit's contrast, here the record's own conservative scores.
+        record["audit_contrast"] = {"method": "conservative", "toward": suggested,
+                                    "against": record["label"],
+                                    "scores": record["scores"]["conservative"]}  # fmt: skip
     summary = {"config": "<b>x</b>.yaml", "documents": 40, "folds": 2, "flagged": 2,
                "filter_by": "prune_by_noise_rate", "out_of_sample_accuracy": 0.9,
                "by_class": [{"label": n, "documents": 10, "flagged": 1} for n in LABELS],
                "retrain": None}  # fmt: skip
-    index = write_audit_report(flagged, records[:2], summary, tmp_path / "audit")
+    index = write_audit_report(flagged, records, summary, tmp_path / "audit", default_method(None))
     page, problems, dialogs = open_page(browser, index)
     assert page.evaluate("window.pwned") is None and dialogs == []
     links = page.locator("#audit-table a")
-    assert links.all_text_contents() == [str(record["id"]) for record in records[:2]]
+    assert links.all_text_contents() == [str(record["id"]) for record in records]
     assert page.locator("#flagged-count").text_content() == "2"
     # The words for each label are the record's own, as text, never markup.
     cells = page.locator("#audit-table tr:nth-child(2) td").all_text_contents()
