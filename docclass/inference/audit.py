@@ -428,12 +428,12 @@ def _explain_flagged(
     order, with ``audit_contrast``: each word's push toward the suggested class rather than
     the given one, by the fold model's default method. Also that method and why."""
     records: dict[str, dict[str, Any]] = {}
-    shown = None
+    method = None
     for fold in sorted({e["fold"] for e in entries}):
         chosen = [e for e in entries if e["fold"] == fold]
         run_dir = out / "folds" / f"fold-{fold}"
         classifier = DocClassifier.load(run_dir / "checkpoints" / "last.ckpt", device=device)
-        shown = shown or _contrast_method(classifier.default)
+        method = method or _contrast_method(classifier.default)
         texts = [pool[e["id"]][0] for e in chosen]
         explained = explain_documents(
             classifier.trained,
@@ -445,17 +445,17 @@ def _explain_flagged(
         )
         toward, against = [e["suggested"] for e in chosen], [e["given"] for e in chosen]
         contrasts = class_contrast(
-            classifier.trained, texts, toward, against, shown.method, device=classifier.device
+            classifier.trained, texts, toward, against, method.method, device=classifier.device
         )
         for record, high, low, scores in zip(explained, toward, against, contrasts, strict=True):
             record["audit_contrast"] = {
-                "method": shown.method,
+                "method": method.method,
                 "toward": high,
                 "against": low,
                 "scores": scores,
             }
             records[str(record["id"])] = record
-    return [records[str(e["id"])] for e in entries], shown or _contrast_method(None)
+    return [records[str(e["id"])] for e in entries], method or _contrast_method(None)
 
 
 def _contrast_method(default: DefaultMethod | None) -> DefaultMethod:

@@ -111,6 +111,28 @@ def test_a_run_folder_of_another_split_is_not_reused(tmp_path, monkeypatch):
         audit.fit_run("c.yaml", [], {"train": ["2"], "val": [], "test": []}, run_dir)
 
 
+def test_retraining_drops_the_flagged_documents_and_keeps_the_test_split(tmp_path, monkeypatch):
+    splits = {"train": ["a", "b", "c", "d"], "val": ["e", "f"], "test": ["g", "h"]}
+    datamodule = SimpleNamespace(splits={s: {"id": ids} for s, ids in splits.items()})
+    trained = {}
+
+    def fit(config, fit_args, split, run_dir):
+        # What each run is asked to train on (fit_run writes it as the run's split file; the
+        # end-to-end audit test checks a real run's split against it).
+        trained[run_dir.name] = split
+        accuracy = 0.5 if run_dir.name == "baseline" else 1.0
+        return {"test": {"accuracy": accuracy, "macro_f1": accuracy, "n_documents": 2}}
+
+    monkeypatch.setattr(audit, "fit_run", fit)
+    figures = audit.retrain_without(datamodule, {"b", "e"}, tmp_path, "c.yaml", ["--x"])
+    assert trained["baseline"] == splits
+    assert trained["cleaned"] == {"train": ["a", "c", "d"], "val": ["f"], "test": ["g", "h"]}
+    assert figures["removed"] == 2 and figures["test_documents"] == 2
+    assert figures["baseline"]["train_documents"] == 4
+    assert figures["cleaned"]["train_documents"] == 3
+    assert (figures["baseline"]["accuracy"], figures["cleaned"]["accuracy"]) == (0.5, 1.0)
+
+
 @pytest.mark.fault(
     "audit: --ckpt_path among the fit arguments",
     "refused in one line before anything is read: every fold would start from a model that "
@@ -192,7 +214,7 @@ def test_audit_finds_planted_flips_resumes_and_refuses_another_plan(
         "--trainer.max_epochs", "8", "--model.lr", "0.01",
     ])  # fmt: skip
     args = ["audit", "--config", TINY, "--out", str(out), "--folds", "2", "--fit_args", fit_args]
-    main([*args, "--retrain", "true"])
+    main(args)
     summary = json.loads((out / "audit.json").read_text())
     plan = json.loads((out / "audit_plan.json").read_text())
     pool = {doc for fold in plan["fold_splits"] for doc in fold["test"]}
@@ -216,18 +238,7 @@ def test_audit_finds_planted_flips_resumes_and_refuses_another_plan(
     assert len(found & in_pool) >= 0.3 * len(found)  # precision, 7x the flips' share
     assert [int(row["rank"]) for row in rows] == list(range(1, len(rows) + 1))
     assert all(row["given_label"] != row["suggested_label"] for row in rows)
-    retrain = summary["retrain"]
-    # What the re-trained runs' data modules really read: no flagged document, the same test.
-    cleaned = json.loads((out / "retrain" / "cleaned" / "split.json").read_text())
-    baseline = json.loads((out / "retrain" / "baseline" / "split.json").read_text())
-    assert not found & set(cleaned["train"] + cleaned["val"])
-    assert set(baseline["train"] + baseline["val"]) - found == set(
-        cleaned["train"] + cleaned["val"]
-    )
-    assert cleaned["test"] == baseline["test"] and not set(baseline["test"]) & pool
-    assert retrain["removed"] == len(rows)
-    assert retrain["cleaned"]["train_documents"] < retrain["baseline"]["train_documents"]
-    assert retrain["cleaned"]["documents"] == retrain["baseline"]["documents"]  # same test
+    assert summary["retrain"] is None
     page = (out / "report" / "index.html").read_text()
     assert page.count('href="docs/doc-') == len(rows)
     # Each label's words by the default method: a flip the model undid has its planted keyword
