@@ -40,6 +40,7 @@ from docclass.inference.reporting import Documents
 from docclass.interpret.default_method import DefaultMethod, default_method
 from docclass.interpret.explain import CONTRAST_RULES, class_contrast, explain_documents
 from docclass.interpret.inputs import encode_documents
+from docclass.interpret.records import method_label
 
 PLAN = "audit_plan.json"
 OUT_OF_SAMPLE = "out_of_sample.json"
@@ -433,7 +434,15 @@ def _explain_flagged(
         chosen = [e for e in entries if e["fold"] == fold]
         run_dir = out / "folds" / f"fold-{fold}"
         classifier = DocClassifier.load(run_dir / "checkpoints" / "last.ckpt", device=device)
-        method = method or _contrast_method(classifier.default)
+        own = _contrast_method(classifier.default)
+        if method is not None and own.method != method.method:
+            # Every fold is trained alike and measures no faithfulness: a difference means a
+            # run folder this audit did not write.
+            raise ConfigError(
+                f"{run_dir}: its default word-score method is {own.method}, the other folds' "
+                f"{method.method}; delete the folder and run the audit again"
+            )
+        method = own
         texts = [pool[e["id"]][0] for e in chosen]
         explained = explain_documents(
             classifier.trained,
@@ -459,11 +468,20 @@ def _explain_flagged(
 
 
 def _contrast_method(default: DefaultMethod | None) -> DefaultMethod:
-    """The fold model's default method when it can contrast two classes, else the unmeasured
-    default (a fold run measures no faithfulness, so this is the unmeasured default anyway)."""
-    if default is not None and default.method in CONTRAST_RULES:
+    """The fold model's default method when it can contrast two classes (a fold run measures
+    no faithfulness, so this is docclass's unmeasured default), else that unmeasured default,
+    saying why."""
+    if default is None:
+        return default_method(None)
+    if default.method in CONTRAST_RULES:
         return default
-    return default_method(None)
+    fallback = default_method(None).method
+    return DefaultMethod(
+        fallback,
+        f"{method_label(fallback)} is shown first: the model's default, "
+        f"{method_label(default.method)}, gives each word one score whatever the class, and "
+        "the audit contrasts two classes.",
+    )
 
 
 def retrain_without(

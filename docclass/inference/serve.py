@@ -57,7 +57,8 @@ MAX_TOP_WORDS = 100
 Host = Literal["127.0.0.1", "0.0.0.0", "::"]
 # Tokens read per text when the model sets no limit. A model saved with ``max_tokens: null``
 # reads whole documents, and a method that builds every block's T×T attention (rollout,
-# grad_input) on one 8 MB text runs a worker out of memory.
+# grad_input, conservative: the default of a model with no measured table) on one 8 MB text
+# runs a worker out of memory.
 DEFAULT_MAX_TOKENS = 8192
 # Seconds a process LitServe left behind gets between SIGTERM and SIGKILL.
 CHILD_GRACE_S = 10.0

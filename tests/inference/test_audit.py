@@ -17,12 +17,14 @@ from types import SimpleNamespace
 import datasets
 import numpy as np
 import pytest
-from helpers import CONFIGS
+from helpers import CONFIGS, DOCUMENTS, tiny_classifier
 
 from docclass.cli import main
 from docclass.data.synthetic import planted_keyword_corpus
 from docclass.errors import ConfigError, DataError
 from docclass.inference import audit
+from docclass.interpret.default_method import default_method
+from docclass.interpret.explain import class_contrast
 
 TINY = str(CONFIGS / "tiny.yaml")
 
@@ -111,6 +113,48 @@ def test_a_run_folder_of_another_split_is_not_reused(tmp_path, monkeypatch):
         audit.fit_run("c.yaml", [], {"train": ["2"], "val": [], "test": []}, run_dir)
 
 
+def test_flagged_words_contrast_the_two_labels_by_each_fold_model_s_default_method(
+    tmp_path, monkeypatch
+):
+    # Two blocks: conservative propagation and class contribution rank words differently.
+    models = {}
+
+    def load(path, device):
+        fold = Path(path).parents[1].name
+        models[fold] = tiny_classifier(n_layers=2, labels=["markets", "sport", "tech"])
+        return SimpleNamespace(trained=models[fold], default=default_method(None), device="cpu")
+
+    monkeypatch.setattr(audit.DocClassifier, "load", load)
+    pool = {f"d{i}": (text, "sport") for i, text in enumerate(DOCUMENTS)}
+    entries = [{"id": f"d{i}", "fold": i % 2, "given": "sport", "suggested": "tech"}
+               for i in range(len(DOCUMENTS))]  # fmt: skip
+    records, method = audit._explain_flagged(entries, pool, tmp_path, "cpu")
+    assert method == default_method(None) and method.method == "conservative"
+    assert [r["id"] for r in records] == [e["id"] for e in entries]
+    for entry, record in zip(entries, records, strict=True):
+        trained = models[f"fold-{entry['fold']}"]
+        text = pool[entry["id"]][0]
+        (expected,) = class_contrast(trained, [text], ["tech"], ["sport"], "conservative")
+        (other,) = class_contrast(trained, [text], ["tech"], ["sport"], "contribution")
+        contrast = record["audit_contrast"]
+        assert (contrast["method"], contrast["toward"], contrast["against"]) == (
+            "conservative",
+            "tech",
+            "sport",
+        )
+        assert contrast["scores"] == pytest.approx(expected, abs=1e-6)
+        assert contrast["scores"] != pytest.approx(other, abs=1e-3)
+    # A fold whose default differs is not one this audit trained: refused, naming it.
+    defaults = iter([default_method(None), SimpleNamespace(method="grad_input", reason="")])
+    monkeypatch.setattr(
+        audit.DocClassifier, "load",
+        lambda path, device: SimpleNamespace(trained=tiny_classifier(), default=next(defaults),
+                                             device="cpu"),
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="fold-1: its default word-score method is grad_input"):
+        audit._explain_flagged(entries, pool, tmp_path, "cpu")
+
+
 def test_retraining_drops_the_flagged_documents_and_keeps_the_test_split(tmp_path, monkeypatch):
     splits = {"train": ["a", "b", "c", "d"], "val": ["e", "f"], "test": ["g", "h"]}
     datamodule = SimpleNamespace(splits={s: {"id": ids} for s, ids in splits.items()})
@@ -119,18 +163,20 @@ def test_retraining_drops_the_flagged_documents_and_keeps_the_test_split(tmp_pat
     def fit(config, fit_args, split, run_dir):
         # What each run is asked to train on (fit_run writes it as the run's split file; the
         # end-to-end audit test checks a real run's split against it).
-        trained[run_dir.name] = split
+        trained[run_dir.name] = (config, fit_args, split)
         accuracy = 0.5 if run_dir.name == "baseline" else 1.0
-        return {"test": {"accuracy": accuracy, "macro_f1": accuracy, "n_documents": 2}}
+        return {"test": {"accuracy": accuracy, "macro_f1": accuracy - 0.1, "n_documents": 3}}
 
     monkeypatch.setattr(audit, "fit_run", fit)
     figures = audit.retrain_without(datamodule, {"b", "e"}, tmp_path, "c.yaml", ["--x"])
-    assert trained["baseline"] == splits
-    assert trained["cleaned"] == {"train": ["a", "c", "d"], "val": ["f"], "test": ["g", "h"]}
+    cleaned = {"train": ["a", "c", "d"], "val": ["f"], "test": ["g", "h"]}
+    assert trained == {"baseline": ("c.yaml", ["--x"], splits),
+                       "cleaned": ("c.yaml", ["--x"], cleaned)}  # fmt: skip
     assert figures["removed"] == 2 and figures["test_documents"] == 2
-    assert figures["baseline"]["train_documents"] == 4
-    assert figures["cleaned"]["train_documents"] == 3
-    assert (figures["baseline"]["accuracy"], figures["cleaned"]["accuracy"]) == (0.5, 1.0)
+    assert figures["baseline"] == {"accuracy": 0.5, "macro_f1": 0.4, "documents": 3,
+                                   "train_documents": 4}  # fmt: skip
+    assert figures["cleaned"] == {"accuracy": 1.0, "macro_f1": 0.9, "documents": 3,
+                                  "train_documents": 3}  # fmt: skip
 
 
 @pytest.mark.fault(
@@ -284,7 +330,20 @@ def test_audit_finds_planted_flips_resumes_and_refuses_another_plan(
     scored = out / "folds" / "fold-0" / audit.OUT_OF_SAMPLE
     stale = json.loads(scored.read_text())
     scored.write_text(json.dumps({**stale, "weights": "other", "probs": stale["probs"][::-1]}))
-    main(args)
+    # With --retrain every flagged document is left out, not only the pages' first two.
+    asked = []
+
+    def retrain(datamodule, flagged, out, config, fit_args):
+        asked.append(flagged)
+        scores = {"accuracy": 0.9, "macro_f1": 0.9, "documents": 50, "train_documents": 9}
+        return {"test_documents": 50, "removed": len(flagged), "baseline": scores,
+                "cleaned": scores}  # fmt: skip
+
+    monkeypatch.setattr(audit, "retrain_without", retrain)
+    main([*args, "--retrain", "true", "--report_documents", "2"])
+    assert asked == [found]
+    page = (out / "report" / "index.html").read_text()
+    assert 'id="retrain-table"' in page and page.count('href="docs/doc-') == 2
     assert json.loads(scored.read_text()) == stale
     with (out / "audit.csv").open() as handle:
         assert list(csv.DictReader(handle)) == rows

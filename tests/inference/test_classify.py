@@ -271,7 +271,7 @@ def test_word_scores_default_to_the_method_the_models_report_trusts(ckpt, tmp_pa
     assert clf.default_method == default_method(table["methods"], table["documents"]).method
     result = clf.predict("Shares rose after profits beat forecasts.", word_scores=True)[0]
     assert result["method"] == clf.default_method
-    # Without a measured table, class contribution, saying so.
+    # Without a measured table, conservative propagation, saying so.
     bare = docclass.DocClassifier(clf.trained, device="cpu")
     assert bare.default_method == "conservative" and "not measured" in bare.default_reason
     with pytest.raises(ConfigError, match="method 'lime'"):
