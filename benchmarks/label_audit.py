@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from docclass.inference.audit import fit_run
+from docclass.inference.audit import FILTERS, OUT_OF_SAMPLE, PLAN, find_label_issues, fit_run
 from docclass.train.lightning_cli import datamodule_from_config
 
 
@@ -97,7 +97,33 @@ def audit_noisy_copy(
     with (folder / "audit" / "audit.csv").open(encoding="utf-8") as handle:
         flagged = {row["id"] for row in csv.DictReader(handle)}
     summary = json.loads((folder / "audit" / "audit.json").read_text())
-    return {"rate": rate, **score_flags(flagged, flipped), "audit": summary}
+    return {
+        "rate": rate,
+        **score_flags(flagged, flipped),
+        "by_filter": by_filter(folder / "audit", noisy, flipped),
+        "audit": summary,
+    }
+
+
+def by_filter(
+    audit_dir: Path, noisy: list[dict[str, Any]], flipped: set[str]
+) -> dict[str, dict[str, float]]:
+    """Precision and recall of every cleanlab ``--filter_by`` rule on the audit's own
+    out-of-sample probabilities (the folds' files, which the audit checked against their
+    weights): what choosing another rule would have flagged, without training again."""
+    plan = json.loads((audit_dir / PLAN).read_text())
+    names, given_label = plan["label_names"], {row["id"]: row["label"] for row in noisy}
+    ids, probs = [], []
+    for fold in range(len(plan["fold_splits"])):
+        scored = json.loads((audit_dir / "folds" / f"fold-{fold}" / OUT_OF_SAMPLE).read_text())
+        ids += scored["ids"]
+        probs += scored["probs"]
+    given = np.asarray([names.index(given_label[i]) for i in ids])
+    figures = {}
+    for rule in FILTERS:
+        ranked, _ = find_label_issues(given, np.asarray(probs, dtype=float), rule)
+        figures[rule] = score_flags({ids[row] for row in ranked}, flipped)
+    return figures
 
 
 def planted_noise(
@@ -161,6 +187,7 @@ def label_audit_markdown(figures: dict[str, Any]) -> str:
             f"{r['cleaned_accuracy']:.4f} | {recovered} ({r['cost_documents']} → "
             f"{r['won_back_documents']}) |"
         )
+    lines += _filter_table(figures["results"])
     for rate in sorted({r["rate"] for r in figures["results"]}):
         runs = [r for r in figures["results"] if r["rate"] == rate]
         if len(runs) > 1:
@@ -172,6 +199,29 @@ def label_audit_markdown(figures: dict[str, Any]) -> str:
                 + "."
             )
     return "\n".join(lines) + "\n"
+
+
+def _filter_table(results: list[dict[str, Any]]) -> list[str]:
+    """Precision / recall of each cleanlab rule on the same probabilities, a row per run."""
+    runs = [r for r in results if r.get("by_filter")]
+    if not runs:
+        return []
+    rules = list(runs[0]["by_filter"])
+    lines = [
+        "",
+        "The same out-of-sample probabilities under each `--filter_by` rule (precision / "
+        "recall, documents flagged):",
+        "",
+        "| noise | flip seed | " + " | ".join(f"`{rule}`" for rule in rules) + " |",
+        "|---|---|" + "---|" * len(rules),
+    ]
+    for r in runs:
+        cells = [
+            f"{_share(f['precision'])} / {_share(f['recall'])} ({f['flagged']})"
+            for f in (r["by_filter"][rule] for rule in rules)
+        ]
+        lines.append(f"| {r['rate']:.0%} | {r['seed']} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _spread(values: list[float | None]) -> str:

@@ -1,5 +1,7 @@
 """The benchmark's parts behave (its speed figures live in reports/, never in a test)."""
 
+import json
+
 import pytest
 import torch
 import yaml
@@ -128,6 +130,40 @@ def test_planted_noise_flips_only_training_labels_and_scores_the_flags():
     figures = {"config": "c.yaml", "folds": 5, "seeds": [0, 1], "clean": {"accuracy": 0.97},
                "results": [{**run, "seed": 0}, {**run, "seed": 1, "precision": 0.7}]}  # fmt: skip
     table = label_audit_markdown(figures)
+    assert "`--filter_by` rule" not in table  # runs from before the comparison have none
     assert "| 5% | 1 | 4 | 3 | 0.700 | 0.500 |" in table
     assert "5% over 2 flip seeds: precision 0.600 ± 0.141, recall 0.500 ± 0.000" in table
     assert "flip seeds 0, 1;" in table
+
+
+def test_each_cleanlab_rule_is_scored_on_the_audit_s_own_probabilities(tmp_path):
+    pytest.importorskip("cleanlab")
+    from benchmarks.label_audit import by_filter, label_audit_markdown
+
+    names = ["a", "b", "c"]
+    noisy = [{"id": f"d{i}", "label": names[i % 3]} for i in range(60)]
+    flipped = {"d3", "d17", "d40"}
+    true = {row["id"]: names[(names.index(row["label"]) + 1) % 3] if row["id"] in flipped
+            else row["label"] for row in noisy}  # fmt: skip
+    folds = [[row["id"] for row in noisy if int(row["id"][1:]) % 2 == k] for k in (0, 1)]
+    (tmp_path / "audit_plan.json").write_text(
+        json.dumps({"label_names": names, "fold_splits": [{"test": f} for f in folds]})
+    )
+    for k, ids in enumerate(folds):
+        # Each fold's file lists its documents in its own order: confident on the true class.
+        ids = ids[::-1]
+        probs = [[0.9 if n == true[i] else 0.05 for n in names] for i in ids]
+        (tmp_path / "folds" / f"fold-{k}").mkdir(parents=True)
+        (tmp_path / "folds" / f"fold-{k}" / "out_of_sample.json").write_text(
+            json.dumps({"ids": ids, "probs": probs})
+        )
+    figures = by_filter(tmp_path, noisy, flipped)
+    assert set(figures) == {"prune_by_noise_rate", "prune_by_class", "both", "confident_learning"}
+    for rule in figures.values():
+        assert (rule["flagged"], rule["found"], rule["precision"], rule["recall"]) == (3, 3, 1, 1)
+    run = {"rate": 0.05, "seed": 0, "flipped": 3, "flagged": 3, "precision": 1.0, "recall": 1.0,
+           "noisy_accuracy": 0.9, "cleaned_accuracy": 0.95, "recovered": 0.5,
+           "cost_documents": 2, "won_back_documents": 1, "by_filter": figures}  # fmt: skip
+    table = label_audit_markdown({"config": "c.yaml", "folds": 2, "seeds": [0],
+                                  "clean": {"accuracy": 0.97}, "results": [run]})  # fmt: skip
+    assert "| 5% | 0 | 1.000 / 1.000 (3) | 1.000 / 1.000 (3) |" in table
