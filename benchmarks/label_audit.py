@@ -97,12 +97,12 @@ def audit_noisy_copy(
     with (folder / "audit" / "audit.csv").open(encoding="utf-8") as handle:
         flagged = {row["id"] for row in csv.DictReader(handle)}
     summary = json.loads((folder / "audit" / "audit.json").read_text())
-    return {
-        "rate": rate,
-        **score_flags(flagged, flipped),
-        "by_filter": by_filter(folder / "audit", noisy, flipped),
-        "audit": summary,
-    }
+    rules = by_filter(folder / "audit", noisy, flipped)
+    scored = score_flags(flagged, flipped)
+    if rules[summary["filter_by"]] != scored:
+        # The same rule on the same saved probabilities must flag what the audit flagged.
+        raise RuntimeError(f"{folder}: by_filter disagrees with the audit's own flags")
+    return {"rate": rate, **scored, "by_filter": rules, "audit": summary}
 
 
 def by_filter(

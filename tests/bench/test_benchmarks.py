@@ -136,9 +136,19 @@ def test_planted_noise_flips_only_training_labels_and_scores_the_flags():
     assert "flip seeds 0, 1;" in table
 
 
-def test_each_cleanlab_rule_is_scored_on_the_audit_s_own_probabilities(tmp_path):
+def test_each_cleanlab_rule_is_scored_on_the_audit_s_own_probabilities(tmp_path, monkeypatch):
     pytest.importorskip("cleanlab")
+    import benchmarks.label_audit as benchmark
     from benchmarks.label_audit import by_filter, label_audit_markdown
+
+    rules = []
+
+    def recorded(given, probs, rule):
+        rules.append(rule)
+        return find_label_issues(given, probs, rule)
+
+    find_label_issues = benchmark.find_label_issues
+    monkeypatch.setattr(benchmark, "find_label_issues", recorded)
 
     names = ["a", "b", "c"]
     noisy = [{"id": f"d{i}", "label": names[i % 3]} for i in range(60)]
@@ -158,7 +168,9 @@ def test_each_cleanlab_rule_is_scored_on_the_audit_s_own_probabilities(tmp_path)
             json.dumps({"ids": ids, "probs": probs})
         )
     figures = by_filter(tmp_path, noisy, flipped)
-    assert set(figures) == {"prune_by_noise_rate", "prune_by_class", "both", "confident_learning"}
+    # Each rule is asked for by name, and scored under its own name.
+    assert rules == list(figures) == ["prune_by_noise_rate", "prune_by_class", "both",
+                                      "confident_learning"]  # fmt: skip
     for rule in figures.values():
         assert (rule["flagged"], rule["found"], rule["precision"], rule["recall"]) == (3, 3, 1, 1)
     run = {"rate": 0.05, "seed": 0, "flipped": 3, "flagged": 3, "precision": 1.0, "recall": 1.0,
