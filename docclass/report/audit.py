@@ -92,7 +92,7 @@ def write_audit_report(
     """
     out_dir = Path(out_dir)
     common = page_common()
-    hrefs = write_document_pages(records, out_dir, documents_dir, method, common)
+    hrefs = write_document_pages(records, out_dir, documents_dir, method, common, given_labels=True)
     rows = audit_rows(flagged, records, hrefs)
     page = (
         template_environment()

@@ -194,6 +194,7 @@ def _document_page(
     index_href: str,
     common: dict[str, Any],
     shown_first: DefaultMethod,
+    given_labels: bool = False,
 ) -> str:
     scores = dict(record.get("scores", {}))
     for name, values in record.get("contributions", {}).items():
@@ -222,6 +223,7 @@ def _document_page(
         initial_signed=first in SIGNED_METHODS,
         shown_first=shown_first,
         first_method=first,
+        given_labels=given_labels,
         data=data,
         index_href=index_href,
         assets="../" + ASSETS_DIR + "/",
@@ -435,15 +437,20 @@ def write_document_pages(
     documents_dir: str,
     shown_first: DefaultMethod,
     common: dict[str, Any],
+    given_labels: bool = False,
 ) -> list[str]:
     """The shared assets and ``<documents_dir>/doc-NNNNN.html`` for every record, each page
-    linking back to ``index.html``; returns each page's path relative to ``out_dir``."""
+    linking back to ``index.html``; returns each page's path relative to ``out_dir``. With
+    ``given_labels`` a record's label is the one the data gave, which may be wrong (the label
+    audit's pages): it is not called the true label, and a disagreement is not a mistake."""
     environment = template_environment()
     (out_dir / documents_dir).mkdir(parents=True, exist_ok=True)
     _write_assets(environment, out_dir / ASSETS_DIR)
     pool_heads = pool_heads_of(records)
     for position, record in enumerate(records):
-        page = _document_page(environment, record, pool_heads, "../index.html", common, shown_first)
+        page = _document_page(
+            environment, record, pool_heads, "../index.html", common, shown_first, given_labels
+        )
         (out_dir / documents_dir / document_filename(position)).write_text(page, encoding="utf-8")
     return [f"{documents_dir}/{document_filename(p)}" for p in range(len(records))]
 

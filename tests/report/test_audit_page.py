@@ -90,6 +90,10 @@ def test_audit_page_escapes_every_word_and_links_each_entry(tmp_path):
     # The page names the method of its words, and the document page opens on it.
     assert "conservative propagation" in re.search(r'id="contrast-method">(.*?)<', page).group(1)
     document = (tmp_path / "report" / href).read_text()
+    # The document's label is the given one, perhaps wrong: not "true", and no "wrong" badge.
+    assert re.search(r'given label <b id="label">given</b>', document)
+    assert "true label" not in document and ">wrong<" not in document
+    assert "the model disagrees with the given label" in document
     assert str(escape(UNMEASURED.reason)) in re.search(
         r'id="shown-first">(.*?)</p>', document
     ).group(1)
