@@ -12,7 +12,6 @@ naming the file.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from docclass.artifacts.building import build_classifier, model_config_from
 from docclass.artifacts.checkpoint import FORMAT_VERSION
 from docclass.artifacts.hashing import MANIFEST, verify_manifest, write_manifest
 from docclass.errors import CheckpointError, one_line
+from docclass.files import write_atomically
 from docclass.nn.model import DocumentClassifier
 
 MODEL_TYPE = "docclass"  # config.json's model_type in a model folder
@@ -30,12 +30,6 @@ FOLDER_FORMAT_VERSION = 2
 MODEL_FOLDER_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 CARD = "README.md"
 FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}  # safetensors' names
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_bytes(data)
-    os.replace(partial, path)
 
 
 def write_model_folder(
@@ -66,8 +60,8 @@ def write_model_folder(
         for name, tensor in model.state_dict().items()
     }
     weights = save(tensors, metadata={"format": "pt", "model_type": MODEL_TYPE})
-    _write_atomically(out / "model.safetensors", weights)
-    _write_atomically(out / "tokenizer.json", tokenizer.to_str(pretty=True).encode())
+    write_atomically(out / "model.safetensors", weights)
+    write_atomically(out / "tokenizer.json", tokenizer.to_str(pretty=True).encode())
     names = list(label_names)
     config = {
         "model_type": MODEL_TYPE,
@@ -80,10 +74,10 @@ def write_model_folder(
         "model_config": model.config.to_dict(),
         **(facts or {}),
     }
-    _write_atomically(out / "config.json", (json.dumps(config, indent=2) + "\n").encode())
+    write_atomically(out / "config.json", (json.dumps(config, indent=2) + "\n").encode())
     files = list(MODEL_FOLDER_FILES)
     if card is not None:
-        _write_atomically(out / CARD, card.encode())
+        write_atomically(out / CARD, card.encode())
         files.append(CARD)
     write_manifest(out, files)
     return config

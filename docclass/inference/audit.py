@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from docclass.errors import ConfigError, DataError, RunStopped, UserError
+from docclass.files import write_atomically
 from docclass.inference.calibration import calibrate, labelled_logits, write_calibration
 from docclass.inference.classifier import DocClassifier
 from docclass.inference.model_facts import read_json
@@ -186,14 +187,7 @@ def run_child(command: list[str]) -> int:
 
 def write_json_file(path: Path, value: Any, indent: int | None = None) -> None:
     """Written whole or not at all (a kill mid-write leaves the old file or none)."""
-    write_whole(path, json.dumps(value, indent=indent) + "\n")
-
-
-def write_whole(path: Path, text: str) -> None:
-    """``text`` into ``path`` through a temporary file and a rename."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    partial.replace(path)
+    write_atomically(path, json.dumps(value, indent=indent) + "\n")
 
 
 def _calibrated_fold(
@@ -419,7 +413,7 @@ def write_audit_csv(entries: list[dict[str, Any]], path: Path) -> None:
                 round(e["p_given"], 6), round(e["p_suggested"], 6), e["fold"],
             ]
         )  # fmt: skip
-    write_whole(path, table.getvalue())
+    write_atomically(path, table.getvalue())
 
 
 def _explain_flagged(

@@ -26,6 +26,7 @@ from lightning.pytorch.loggers import CSVLogger
 from docclass.artifacts.hashing import weights_fingerprint
 from docclass.data.streaming import process_rank
 from docclass.errors import ConfigError, TrainingDiverged
+from docclass.files import write_atomically
 from docclass.metrics import classification_scores
 
 log = logging.getLogger(__name__)
@@ -293,9 +294,7 @@ class RunReport(pl.Callback):
             datamodule.write_split(run_dir / "split.json")
         # metrics.json last and whole: its presence says the run finished (docclass audit and
         # the benchmarks reuse such runs), so a kill must leave it absent, never half-written.
-        partial = run_dir / "metrics.json.partial"
-        partial.write_text(json.dumps(metrics, indent=2, default=str))
-        partial.replace(run_dir / "metrics.json")
+        write_atomically(run_dir / "metrics.json", json.dumps(metrics, indent=2, default=str))
         print(
             f"test accuracy {scores['accuracy']:.4f}  macro-F1 {scores['macro_f1']:.4f}  "
             f"({scores['n_documents']} documents)  → {run_dir}/metrics.json"
