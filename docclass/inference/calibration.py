@@ -30,6 +30,7 @@ from docclass.calibration import (
     scaled_probabilities,
 )
 from docclass.errors import CheckpointError, DataError
+from docclass.files import write_atomically
 from docclass.inference.model_facts import CALIBRATION_FILE, read_json, run_dir_of
 from docclass.inference.reporting import CONFIG_SUFFIXES, Documents, documents_from_datamodule
 from docclass.interpret.inputs import encode_documents, forward_batches
@@ -157,7 +158,7 @@ def write_calibration(run_dir: Path, facts: dict[str, Any]) -> Path:
     known = read_json(path) or {}
     by_weights = dict(known.get("by_weights") or {})
     by_weights[facts["weights"]] = facts
-    path.write_text(json.dumps({"by_weights": by_weights}, indent=2) + "\n", encoding="utf-8")
+    write_atomically(path, json.dumps({"by_weights": by_weights}, indent=2) + "\n")
     metrics_path = run_dir / "metrics.json"
     metrics = read_json(metrics_path)
     if metrics and (metrics.get("test") or {}).get("weights") == facts["weights"]:
@@ -171,7 +172,9 @@ def write_calibration(run_dir: Path, facts: dict[str, Any]) -> Path:
                 if split in facts
             },
         }
-        metrics_path.write_text(json.dumps(metrics, indent=2, default=str), encoding="utf-8")
+        # Whole or not at all, as the training callback writes it: a kill here must not leave
+        # the run's test scores half-written.
+        write_atomically(metrics_path, json.dumps(metrics, indent=2, default=str))
     return path
 
 
