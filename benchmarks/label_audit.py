@@ -111,17 +111,46 @@ def by_filter(
     """Precision and recall of every cleanlab ``--filter_by`` rule on the audit's own
     out-of-sample probabilities (the folds' files, which the audit checked against their
     weights): what choosing another rule would have flagged, without training again."""
+    names, probs = out_of_sample(audit_dir)
+    return _rules_scored(names, probs, noisy, flipped)
+
+
+def ensemble_by_filter(
+    audit_dirs: list[Path], noisy: list[dict[str, Any]], flipped: set[str]
+) -> dict[str, dict[str, float]]:
+    """:func:`by_filter` on the mean of several audits' out-of-sample probabilities (other
+    configs on the same noisy copy): whether models that err differently flag fewer sound
+    labels. Refuses audits of other documents or other classes, which would mix up rows."""
+    audits = [out_of_sample(folder) for folder in audit_dirs]
+    names, first = audits[0]
+    for folder, (other_names, probs) in zip(audit_dirs[1:], audits[1:], strict=True):
+        if other_names != names or set(probs) != set(first):
+            raise ValueError(f"{folder}: not an audit of the same documents and classes as "
+                             f"{audit_dirs[0]}")  # fmt: skip
+    mean = {i: np.mean([probs[i] for _, probs in audits], axis=0) for i in first}
+    return _rules_scored(names, mean, noisy, flipped)
+
+
+def out_of_sample(audit_dir: Path) -> tuple[list[str], dict[str, np.ndarray]]:
+    """An audit's label names and every document's out-of-sample probabilities, by id."""
     plan = json.loads((audit_dir / PLAN).read_text())
-    names, given_label = plan["label_names"], {row["id"]: row["label"] for row in noisy}
-    ids, probs = [], []
+    probs = {}
     for fold in range(len(plan["fold_splits"])):
         scored = json.loads((audit_dir / "folds" / f"fold-{fold}" / OUT_OF_SAMPLE).read_text())
-        ids += scored["ids"]
-        probs += scored["probs"]
+        probs.update(zip(scored["ids"], np.asarray(scored["probs"], dtype=float), strict=True))
+    return plan["label_names"], probs
+
+
+def _rules_scored(
+    names: list[str], probs: dict[str, np.ndarray], noisy: list[dict[str, Any]], flipped: set[str]
+) -> dict[str, dict[str, float]]:
+    given_label = {row["id"]: row["label"] for row in noisy}
+    ids = list(probs)
     given = np.asarray([names.index(given_label[i]) for i in ids])
+    table = np.stack([probs[i] for i in ids])
     figures = {}
     for rule in FILTERS:
-        ranked, _ = find_label_issues(given, np.asarray(probs, dtype=float), rule)
+        ranked, _ = find_label_issues(given, table, rule)
         figures[rule] = score_flags({ids[row] for row in ranked}, flipped)
     return figures
 
@@ -229,3 +258,59 @@ def _spread(values: list[float | None]) -> str:
     if len(known) < 2:
         return "—" if not known else f"{known[0]:.3f} (1 of {len(values)} runs)"
     return f"{np.mean(known):.3f} ± {np.std(known, ddof=1):.3f}"
+
+
+def ensemble_runs(runs: list[Path]) -> dict[str, Any]:
+    """:func:`ensemble_by_filter` for every noisy copy (``noise-*`` folder) that each planted-
+    noise runs folder audited, after checking that they flipped the same labels."""
+    names = sorted(p.name for p in runs[0].glob("noise-*") if (p / "audit" / PLAN).is_file())
+    results = []
+    for name in names:
+        folders = [run / name for run in runs]
+        if not all((folder / "audit" / PLAN).is_file() for folder in folders):
+            continue
+        noisy, flipped = _noisy_copy(folders[0])
+        for folder in folders[1:]:
+            # The same ids flipped to the same classes: else the mean would blend models
+            # trained on other labels, scored against the first copy's.
+            if _noisy_copy(folder) != (noisy, flipped):
+                raise ValueError(f"{folder}: another noisy copy than {folders[0]}")
+        members = {
+            str(run): by_filter(folder / "audit", noisy, flipped)
+            for run, folder in zip(runs, folders, strict=True)
+        }
+        mean = ensemble_by_filter([f / "audit" for f in folders], noisy, flipped)
+        results.append({"copy": name, "members": members, "mean": mean})
+    return {"runs": [str(run) for run in runs], "results": results}
+
+
+def _noisy_copy(folder: Path) -> tuple[list[dict[str, Any]], set[str]]:
+    rows = [json.loads(line) for line in (folder / "noisy.jsonl").open(encoding="utf-8")]
+    labels = [{"id": row["id"], "label": row["label"]} for row in rows]
+    return labels, set(json.loads((folder / "flipped.json").read_text()))
+
+
+def ensemble_markdown(figures: dict[str, Any]) -> str:
+    """Each rule on each run's probabilities and on their mean, a row per noisy copy."""
+    lines = [
+        "Label audits of the same noisy copies by "
+        + " and ".join(f"`{run}`" for run in figures["runs"])
+        + ": each cleanlab rule on each audit's out-of-sample probabilities and on their mean "
+        "(precision / recall, documents flagged).",
+        "",
+        "| noisy copy | probabilities | " + " | ".join(f"`{rule}`" for rule in FILTERS) + " |",
+        "|---|---|" + "---|" * len(FILTERS),
+    ]
+    for result in figures["results"]:
+        mean = f"mean of the {len(result['members'])}"
+        rows = [
+            *((f"`{run}`", rules) for run, rules in result["members"].items()),
+            (mean, result["mean"]),
+        ]
+        for source, rules in rows:
+            cells = [
+                f"{_share(f['precision'])} / {_share(f['recall'])} ({f['flagged']})"
+                for f in (rules[rule] for rule in FILTERS)
+            ]
+            lines.append(f"| {result['copy']} | {source} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -179,3 +180,53 @@ def test_each_cleanlab_rule_is_scored_on_the_audit_s_own_probabilities(tmp_path,
     table = label_audit_markdown({"config": "c.yaml", "folds": 2, "seeds": [0],
                                   "clean": {"accuracy": 0.97}, "results": [run]})  # fmt: skip
     assert "| 5% | 0 | 1.000 / 1.000 (3) | 1.000 / 1.000 (3) |" in table
+
+
+def _planted_audit(folder, names, probs_by_id, order_seed):
+    """An audit folder as ``docclass audit`` leaves it: two folds, each file in its own order."""
+    ids = sorted(probs_by_id)
+    folds = [ids[k::2] for k in (0, 1)]
+    folder.mkdir(parents=True)
+    (folder / "audit_plan.json").write_text(
+        json.dumps({"label_names": names, "fold_splits": [{"test": f} for f in folds]})
+    )
+    rng = np.random.default_rng(order_seed)
+    for k, fold_ids in enumerate(folds):
+        fold_ids = [fold_ids[i] for i in rng.permutation(len(fold_ids))]
+        (folder / "folds" / f"fold-{k}").mkdir(parents=True)
+        (folder / "folds" / f"fold-{k}" / "out_of_sample.json").write_text(
+            json.dumps({"ids": fold_ids, "probs": [probs_by_id[i] for i in fold_ids]})
+        )
+
+
+def test_an_ensemble_audit_averages_each_document_s_probabilities_by_id(tmp_path):
+    pytest.importorskip("cleanlab")
+    from benchmarks.label_audit import by_filter, ensemble_by_filter
+
+    names = ["a", "b", "c"]
+    noisy = [{"id": f"d{i:02d}", "label": names[i % 3]} for i in range(60)]
+    flipped = {"d03", "d17", "d40"}
+    true = {row["id"]: names[(names.index(row["label"]) + 1) % 3] if row["id"] in flipped
+            else row["label"] for row in noisy}  # fmt: skip
+
+    def confident(on):
+        return [0.9 if n == on else 0.05 for n in names]
+
+    # Each model is sure of a wrong class on one sound label; the other is surer of the given.
+    first = {i: confident(true[i]) for i in true}
+    second = dict(first)
+    first["d05"], second["d05"] = confident("a"), [0.01, 0.01, 0.98]
+    second["d08"], first["d08"] = confident("a"), [0.01, 0.01, 0.98]
+    _planted_audit(tmp_path / "one", names, first, order_seed=0)
+    _planted_audit(tmp_path / "two", names, second, order_seed=1)
+    alone = by_filter(tmp_path / "one", noisy, flipped)["prune_by_noise_rate"]
+    assert (alone["flagged"], alone["found"]) == (4, 3)
+    mean = ensemble_by_filter([tmp_path / "one", tmp_path / "two"], noisy, flipped)
+    assert {rule: (f["flagged"], f["found"]) for rule, f in mean.items()} == dict.fromkeys(
+        mean, (3, 3)
+    )
+    # Another set of documents is refused, not averaged row by row.
+    del second["d59"]
+    _planted_audit(tmp_path / "three", names, second, order_seed=2)
+    with pytest.raises(ValueError, match="not an audit of the same documents"):
+        ensemble_by_filter([tmp_path / "one", tmp_path / "three"], noisy, flipped)
