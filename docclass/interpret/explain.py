@@ -86,6 +86,10 @@ def _single_window_row(scoring: ScoringPass, row: int) -> int | None:
 
 def _layer_maps(document: DocumentInput, scoring: ScoringPass, row: int) -> list:
     """``[L][H][W][W]``: each block's word-to-word attention, per head, 5 decimals."""
+    if not scoring.head_weights:
+        raise ValueError(
+            "word-to-word maps need each head's attention: scoring_pass(head_weights=True)"
+        )
     n_read, words_read = len(document.token_ids), document.words_read
     token_words = document.token_words
     pieces = np.bincount(token_words, minlength=words_read).clip(min=1)
@@ -223,8 +227,16 @@ def explain_documents(
     records = [_empty_record(text) for text in texts]
     bias = model.contribution_bias().detach().double().cpu().numpy()
     rows = [document.token_ids for document in documents]
+    # Word-to-word maps need each head's attention; everything else reads the heads' mean,
+    # and keeping every head of every block made a MiniLM pass cost more than twice a plain one. The
+    # batcher groups similar lengths, so short documents mostly share their batches.
+    short = [
+        not document.truncated and len(document.alignment.word_spans) <= layer_map_max_words
+        for document in documents
+    ]
     for indices, input_ids, mask in batched(rows, batch_size, model.config.pad_id, device):
-        scoring = scoring_pass(model, input_ids, mask)
+        maps = any(short[i] for i in indices)
+        scoring = scoring_pass(model, input_ids, mask, head_weights=maps)
         scores = token_scores(scoring)
         # Shallower rollouts, for the page's depth switch (the full one is a scored method).
         depths = rollout_by_depth(
@@ -241,10 +253,9 @@ def explain_documents(
             if classes != "predicted":
                 names = classifier.label_names
                 _add_contributions(record, document, scoring, row, names, classes, labels[i])
-            if scoring.layer_weights and not document.truncated:
+            if scoring.layer_weights and short[i]:
                 weights_row = _single_window_row(scoring, row)
-                short = len(document.alignment.word_spans) <= layer_map_max_words
-                if short and weights_row is not None:
+                if weights_row is not None:
                     record["layer_maps"] = _layer_maps(document, scoring, weights_row)
             records[i] = record
     return [

@@ -62,7 +62,8 @@ class ScoringPass:
     pool_weights: torch.Tensor  # [B,H,T]
     contributions: torch.Tensor  # [B,T,C]
     layer_weights: list[torch.Tensor]  # per block [B,H,T,T] (banded if windowed; per row
-    # [N,H,L,L] with encoder windows)
+    # [N,H,L,L] with encoder windows); H is 1, the heads' mean, unless per-head was asked
+    head_weights: bool  # whether layer_weights hold every head
     windows: WindowLayout | None  # where tokens sat in the window rows (encoder windows)
     grad_input: torch.Tensor  # [B,T]
     relevance: dict[str, torch.Tensor]  # [B,T] per relevance method
@@ -73,6 +74,7 @@ def scoring_pass(
     input_ids: torch.Tensor,
     mask: torch.Tensor,
     relevance_methods: tuple[str, ...] = tuple(RELEVANCE_METHODS),
+    head_weights: bool = False,
 ) -> ScoringPass:
     """Run one padded batch with gradients on the word vectors (eval mode).
 
@@ -82,7 +84,10 @@ def scoring_pass(
     relevance on, so when the first rule is ``cp`` one forward pass serves both (an
     :class:`~docclass.nn.relevance.AttentionValve`, closed for the first backward pass and open
     for the second): explaining BBC's test split through MiniLM took 86 s instead of 92. Any
-    further rule takes one more forward and backward pass."""
+    further rule takes one more forward and backward pass.
+
+    Every block's attention comes back averaged over its heads (all rollout reads), or per
+    head with ``head_weights`` (the word-to-word maps of short documents)."""
     # Callers may sit inside Lightning's validation loop, which runs in inference mode (and
     # perhaps autocast); gradient × input needs ordinary tensors, autograd and full precision.
     no_autocast = torch.autocast(input_ids.device.type, enabled=False)
@@ -94,7 +99,7 @@ def scoring_pass(
         out = model(
             input_ids,
             mask,
-            need_layer_weights=True,
+            need_layer_weights=True if head_weights else "mean",
             token_vectors=vectors,
             propagation=valve if valve is not None else rule,
         )
@@ -128,6 +133,7 @@ def scoring_pass(
                 pool_weights=pool_weights,
                 contributions=model.token_contributions(out.token_states.detach(), pool_weights),
                 layer_weights=[weights.detach() for weights in out.layer_weights or []],
+                head_weights=head_weights,
                 windows=out.windows,
                 grad_input=grad_input,
                 relevance=scores,

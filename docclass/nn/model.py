@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -312,7 +312,7 @@ class DocumentClassifier(nn.Module):
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
-        need_layer_weights: bool = False,
+        need_layer_weights: bool | Literal["mean"] = False,
         token_vectors: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
         propagation: relevance.Propagation = None,
@@ -325,7 +325,10 @@ class DocumentClassifier(nn.Module):
             need_layer_weights: also return every block's ``[B,H,T,T]`` attention (full
                 attention: detached, computed beside the fused kernel; O(T²) memory per head);
                 banded ``[B,H,nb,w,3w]`` with an attention window; per window row ``[N,H,L,L]`` with
-                ``window_tokens``.
+                ``window_tokens``. ``"mean"``: each block's weights averaged over its heads
+                instead, with the head axis kept (size 1): rollout reads no more, and a
+                MiniLM forward pass keeping every head of every block cost more than twice
+                a plain one on the CPU (16 BBC test articles).
             token_vectors: optional ``[B,T,D]`` replacement for :meth:`token_vectors`, for
                 gradient-based word scores (positions are added by the model).
             positions: optional ``[B,T]`` long: each token's position in its document,
@@ -374,7 +377,7 @@ class DocumentClassifier(nn.Module):
         self,
         rows: torch.Tensor,
         row_mask: torch.Tensor,
-        need_layer_weights: bool,
+        need_layer_weights: bool | Literal["mean"],
         propagation: relevance.Propagation,
     ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
         """Window rows ``[N,L,D]`` through the blocks in groups of similar length.
@@ -411,7 +414,7 @@ class DocumentClassifier(nn.Module):
         self,
         x: torch.Tensor,
         mask: torch.Tensor,
-        need_layer_weights: bool,
+        need_layer_weights: bool | Literal["mean"],
         propagation: relevance.Propagation,
     ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
         """Rows of positioned vectors ``[R,S,D]`` → normalised token states ``[R,S,D]`` and,
@@ -426,8 +429,10 @@ class DocumentClassifier(nn.Module):
         block_mask = None if self.blocks and bool(mask.all()) else mask
         if len(x):
             for block in self.blocks:
-                x, weights = block(x, block_mask, need_layer_weights, propagation)
+                x, weights = block(x, block_mask, bool(need_layer_weights), propagation)
                 if layer_weights is not None:
+                    if need_layer_weights == "mean":
+                        weights = weights.mean(dim=1, keepdim=True)
                     layer_weights.append(weights)
         return relevance.norm(x, self.final_norm, propagation), layer_weights
 

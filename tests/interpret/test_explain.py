@@ -11,9 +11,15 @@ from torch.testing import assert_close
 
 from docclass.artifacts.load import TrainedClassifier
 from docclass.data.tokenizer import align_words, encode_batch
-from docclass.interpret.explain import class_contrast, contrast_classes, explain_documents
+from docclass.interpret.explain import (
+    LAYER_MAP_MAX_WORDS,
+    _layer_maps,
+    class_contrast,
+    contrast_classes,
+    explain_documents,
+)
 from docclass.interpret.inputs import encode_documents
-from docclass.interpret.methods import word_relevance
+from docclass.interpret.methods import scoring_pass, word_relevance
 from docclass.interpret.records import (
     compact,
     file_record,
@@ -105,11 +111,18 @@ def _token_level_reference(classifier: TrainedClassifier, text: str) -> dict[str
     }
 
 
+# A document within the word limit gets maps, so its pass keeps every head's attention; one
+# beyond it gets the heads' mean: rollout must not tell the two apart.
+MAPS = pytest.mark.parametrize("map_words", [LAYER_MAP_MAX_WORDS, 0], ids=["heads", "mean"])
+
+
+@MAPS
 @pytest.mark.parametrize("window", [0, 3])
-def test_rollout_and_gradient_times_input_match_their_definitions(window):
+def test_rollout_and_gradient_times_input_match_their_definitions(window, map_words):
     classifier = tiny_classifier(n_layers=2, attention_window=window)
     text = DOCUMENTS[1]
-    (record,) = explain_documents(classifier, [text])
+    (record,) = explain_documents(classifier, [text], layer_map_max_words=map_words)
+    assert ("layer_maps" in record) == bool(map_words)
     reference = _token_level_reference(classifier, text)
     n_words = len(record["words"])
     for method in ("grad_input", "rollout", "attention"):
@@ -117,10 +130,11 @@ def test_rollout_and_gradient_times_input_match_their_definitions(window):
         assert_close(np.array(record["scores"][method]), per_word, atol=1e-5, rtol=1e-3)
 
 
-def test_rollout_by_depth_carries_the_pool_back_through_the_top_blocks_only():
+@MAPS
+def test_rollout_by_depth_carries_the_pool_back_through_the_top_blocks_only(map_words):
     classifier = tiny_classifier(n_layers=3)
     text = DOCUMENTS[1]
-    (record,) = explain_documents(classifier, [text])
+    (record,) = explain_documents(classifier, [text], layer_map_max_words=map_words)
     model = classifier.model
     encoding = encode_batch(classifier.tokenizer, [text])[0]
     ids = torch.tensor([encoding.ids])
@@ -165,6 +179,26 @@ def test_short_documents_carry_word_by_word_maps_per_block_and_head(window):
     assert maps.shape == (2, 2, n_words, n_words)
     # Each attending word's row is a distribution over the attended words.
     assert_close(maps.sum(-1), np.ones((2, 2, n_words)), atol=1e-4, rtol=0)
+
+
+def test_maps_go_to_the_short_documents_of_a_batch_and_need_every_head():
+    classifier = tiny_classifier(n_layers=2)
+    short, long = DOCUMENTS[2], " ".join([DOCUMENTS[1]] * 3)
+    short_words, long_words = (
+        len(d.alignment.word_spans)
+        for d in encode_documents(classifier.tokenizer, [short, long], None)
+    )
+    limit = short_words
+    assert long_words > limit
+    records = explain_documents(classifier, [long, short, long], layer_map_max_words=limit)
+    assert ["layer_maps" in record for record in records] == [False, True, False]
+    assert np.array(records[1]["layer_maps"]).shape[:2] == (2, 2)  # blocks, heads
+    ids, mask = torch.tensor([[5, 6, 7]]), torch.ones(1, 3, dtype=torch.bool)
+    scoring = scoring_pass(classifier.model, ids, mask)
+    assert scoring.layer_weights[0].shape[1] == 1  # the heads' mean
+    document = encode_documents(classifier.tokenizer, [short], None)[0]
+    with pytest.raises(ValueError, match="each head"):
+        _layer_maps(document, scoring, 0)
 
 
 def test_empty_document_gets_an_error_record_and_keeps_its_place():

@@ -232,3 +232,17 @@ def test_layout_keeps_every_real_token_once_as_an_owner():
 def test_impossible_windows_are_refused(overrides, message):
     with pytest.raises(ConfigError, match=message):
         windowed(**overrides)
+
+
+def test_head_mean_weights_are_the_mean_of_every_head_s_in_every_window_row():
+    """``need_layer_weights="mean"`` (what rollout reads): the per-head weights averaged, head
+    axis kept, through rows grouped by width as through one padding."""
+    model = windowed(window=20, max_positions=20)
+    ids, mask = padded_batch([53, 47, 25, 40], vocab=60)
+    heads = model(ids, mask, need_layer_weights=True)
+    mean = model(ids, mask, need_layer_weights="mean")
+    assert_close(mean.logits, heads.logits, atol=0, rtol=0)
+    assert len(mean.layer_weights) == len(heads.layer_weights)
+    for averaged, every in zip(mean.layer_weights, heads.layer_weights, strict=True):
+        assert every.shape[1] > 1 and averaged.shape == (every.shape[0], 1, *every.shape[2:])
+        assert_close(averaged, every.mean(dim=1, keepdim=True), atol=1e-7, rtol=0)
