@@ -121,6 +121,9 @@ def ensemble_by_filter(
     """:func:`by_filter` on the mean of several audits' out-of-sample probabilities (other
     configs on the same noisy copy): whether models that err differently flag fewer sound
     labels. Refuses audits of other documents or other classes, which would mix up rows."""
+    distinct = {Path(folder).resolve() for folder in audit_dirs}
+    if len(audit_dirs) < 2 or len(distinct) != len(audit_dirs):
+        raise ValueError(f"an ensemble needs two or more different audits, got {audit_dirs}")
     audits = [out_of_sample(folder) for folder in audit_dirs]
     names, first = audits[0]
     for folder, (other_names, probs) in zip(audit_dirs[1:], audits[1:], strict=True):
@@ -137,7 +140,11 @@ def out_of_sample(audit_dir: Path) -> tuple[list[str], dict[str, np.ndarray]]:
     probs = {}
     for fold in range(len(plan["fold_splits"])):
         scored = json.loads((audit_dir / "folds" / f"fold-{fold}" / OUT_OF_SAMPLE).read_text())
-        probs.update(zip(scored["ids"], np.asarray(scored["probs"], dtype=float), strict=True))
+        for doc_id, row in zip(scored["ids"], scored["probs"], strict=True):
+            if doc_id in probs or len(row) != len(plan["label_names"]):
+                raise ValueError(f"{audit_dir}: document {doc_id!r} scored twice or not once "
+                                 "per class")  # fmt: skip
+            probs[doc_id] = np.asarray(row, dtype=float)
     return plan["label_names"], probs
 
 
@@ -268,6 +275,7 @@ def ensemble_runs(runs: list[Path]) -> dict[str, Any]:
     for name in names:
         folders = [run / name for run in runs]
         if not all((folder / "audit" / PLAN).is_file() for folder in folders):
+            print(f"{name}: not audited in every runs folder, left out", flush=True)
             continue
         noisy, flipped = _noisy_copy(folders[0])
         for folder in folders[1:]:
@@ -281,6 +289,8 @@ def ensemble_runs(runs: list[Path]) -> dict[str, Any]:
         }
         mean = ensemble_by_filter([f / "audit" for f in folders], noisy, flipped)
         results.append({"copy": name, "members": members, "mean": mean})
+    if not results:
+        raise ValueError(f"no noisy copy was audited in every one of {[str(r) for r in runs]}")
     return {"runs": [str(run) for run in runs], "results": results}
 
 

@@ -22,6 +22,7 @@ from benchmarks.label_audit import (
     label_audit_markdown,
     planted_noise,
 )
+from docclass.files import write_atomically
 
 parser = argparse.ArgumentParser(description=__doc__)
 parser.add_argument("--config", default="configs/bbc.yaml")
@@ -31,20 +32,22 @@ parser.add_argument(
 )
 parser.add_argument("--folds", type=int, default=5)
 parser.add_argument("--runs", default="reports/label-audit-runs")
-parser.add_argument("--out", default="reports/label-audit")
-parser.add_argument("--ensemble", nargs="+", help="runs folders of other configs' audits")
+parser.add_argument(
+    "--out", help="reports/label-audit, or reports/label-audit-ensemble with --ensemble"
+)
+parser.add_argument(
+    "--ensemble", nargs="+", help="two or more runs folders: other configs' planted-noise audits"
+)
 args = parser.parse_args()
 logging.basicConfig(level=logging.WARNING)
 datasets.disable_progress_bars()
 if args.ensemble:
+    # Its own default: the planted-noise figures in reports/label-audit stay as they are.
     figures = ensemble_runs([Path(run) for run in args.ensemble])
-    out = Path(args.out)
-    out.with_suffix(".json").write_text(json.dumps(figures, indent=2) + "\n")
-    out.with_suffix(".md").write_text(ensemble_markdown(figures))
-    print(ensemble_markdown(figures))
-    raise SystemExit(0)
-figures = planted_noise(args.config, Path(args.runs), args.rates, args.seeds, args.folds)
-out = Path(args.out)
-out.with_suffix(".json").write_text(json.dumps(figures, indent=2) + "\n")
-out.with_suffix(".md").write_text(label_audit_markdown(figures))
-print(label_audit_markdown(figures))
+    table, out = ensemble_markdown(figures), Path(args.out or "reports/label-audit-ensemble")
+else:
+    figures = planted_noise(args.config, Path(args.runs), args.rates, args.seeds, args.folds)
+    table, out = label_audit_markdown(figures), Path(args.out or "reports/label-audit")
+write_atomically(out.with_suffix(".json"), json.dumps(figures, indent=2) + "\n")
+write_atomically(out.with_suffix(".md"), table)
+print(table)

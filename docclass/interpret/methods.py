@@ -61,7 +61,7 @@ class ScoringPass:
     predicted: torch.Tensor  # [B] long
     pool_weights: torch.Tensor  # [B,H,T]
     contributions: torch.Tensor  # [B,T,C]
-    layer_weights: list[torch.Tensor]  # per block [B,H,T,T] (banded if windowed; per row
+    layer_weights: list[torch.Tensor]  # per block [B,H or 1,T,T] (banded if windowed; per row
     # [N,H,L,L] with encoder windows); H is 1, the heads' mean, unless per-head was asked
     head_weights: bool  # whether layer_weights hold every head
     windows: WindowLayout | None  # where tokens sat in the window rows (encoder windows)

@@ -342,6 +342,10 @@ class DocumentClassifier(nn.Module):
             :class:`ClassifierOutput`.
         """
         relevance.check_propagation(propagation)
+        if need_layer_weights not in (False, True, "mean"):
+            raise ValueError(
+                f"need_layer_weights: False, True or 'mean', not {need_layer_weights!r}"
+            )
         mask = attention_mask.bool()
         if self.training and self.config.word_dropout > 0:
             mask = drop_words(mask, self.config.word_dropout)

@@ -230,3 +230,27 @@ def test_an_ensemble_audit_averages_each_document_s_probabilities_by_id(tmp_path
     _planted_audit(tmp_path / "three", names, second, order_seed=2)
     with pytest.raises(ValueError, match="not an audit of the same documents"):
         ensemble_by_filter([tmp_path / "one", tmp_path / "three"], noisy, flipped)
+
+
+def test_an_ensemble_of_runs_folders_needs_the_same_flips_and_two_different_audits(tmp_path):
+    pytest.importorskip("cleanlab")
+    from benchmarks.label_audit import ensemble_by_filter, ensemble_markdown, ensemble_runs
+
+    names = ["a", "b", "c"]
+    noisy = [{"id": f"d{i:02d}", "label": names[i % 3]} for i in range(60)]
+    probs = {row["id"]: [0.9 if n == row["label"] else 0.05 for n in names] for row in noisy}
+    for run, flipped in (("one", ["d03"]), ("two", ["d03"]), ("other", ["d04"])):
+        copy = tmp_path / run / "noise-0.05"
+        _planted_audit(copy / "audit", names, probs, order_seed=0)
+        (copy / "noisy.jsonl").write_text("".join(json.dumps(row) + "\n" for row in noisy))
+        (copy / "flipped.json").write_text(json.dumps(flipped))
+    figures = ensemble_runs([tmp_path / "one", tmp_path / "two"])
+    assert [r["copy"] for r in figures["results"]] == ["noise-0.05"]
+    rows = [line for line in ensemble_markdown(figures).splitlines() if "| noise-0.05 |" in line]
+    assert len(rows) == 3 and "mean of the 2" in rows[-1]
+    with pytest.raises(ValueError, match="another noisy copy"):
+        ensemble_runs([tmp_path / "one", tmp_path / "other"])
+    audit = tmp_path / "one" / "noise-0.05" / "audit"
+    for twice in ([audit, audit], [audit]):
+        with pytest.raises(ValueError, match="two or more different audits"):
+            ensemble_by_filter(twice, noisy, {"d03"})

@@ -246,3 +246,5 @@ def test_head_mean_weights_are_the_mean_of_every_head_s_in_every_window_row():
     for averaged, every in zip(mean.layer_weights, heads.layer_weights, strict=True):
         assert every.shape[1] > 1 and averaged.shape == (every.shape[0], 1, *every.shape[2:])
         assert_close(averaged, every.mean(dim=1, keepdim=True), atol=1e-7, rtol=0)
+    with pytest.raises(ValueError, match="'mean'"):
+        model(ids, mask, need_layer_weights="heads")  # a typo must not mean "every head"
