@@ -52,7 +52,7 @@ seeds: $(STAMP)  ## the default config over three seeds: the spread the README q
 	$(BIN)/python -m scripts.seeds configs/bbc.yaml --seeds 0 1 2 --out reports/seeds/bbc \
 		--summary reports/bbc-seeds.json
 
-report-speed: $(STAMP)  ## time the HTML report of the BBC test split, both configs (after `make demo` and a configs/bbc.yaml run)
+report-speed: $(STAMP)  ## time the HTML report of the BBC test split, both configs (after `make demo` and `docclass fit --config configs/minilm.yaml`)
 	$(BIN)/python -m scripts.report_speed --ckpt reports/bbc/checkpoints/last.ckpt \
 		--data configs/bbc.yaml --out reports/report-speed.json
 	$(BIN)/python -m scripts.report_speed --ckpt reports/minilm/checkpoints/last.ckpt \
