@@ -155,6 +155,15 @@ class ClassifierOutput(NamedTuple):
     windows: WindowLayout | None = None
 
 
+class Stage(NamedTuple):
+    """Which part of the encoder a pass runs (the whole of it by default)."""
+
+    start: int = 0  # first block
+    stop: int | None = None  # block after the last (None: through the top)
+    embed: bool = True  # the input is the words' own vectors: positions and embedding norm first
+    final: bool = True  # the final LayerNorm after the last block
+
+
 def sinusoidal_positions(length: int, width: int, device: torch.device) -> torch.Tensor:
     """The fixed sine/cosine table ``[T,D]`` of "Attention Is All You Need"."""
     position = torch.arange(length, device=device, dtype=torch.float32).unsqueeze(1)
@@ -353,20 +362,92 @@ class DocumentClassifier(nn.Module):
         batch, length = mask.shape
         if positions is None:
             positions = torch.arange(length, device=mask.device).expand(batch, -1)
-        window = self.config.window_tokens
-        layout = None
-        if window and length and int(positions.max()) >= window:
-            layout = window_layout(mask, positions, window, self.config.window_overlap)
-            rows = self._with_positions(layout.to_rows(vectors), self._row_positions(layout))
-            states, layer_weights = self._encode_rows(
-                rows, layout.row_mask, need_layer_weights, propagation
-            )
-            token_states = layout.to_tokens(states, batch, length)
-        else:
-            x = self._with_positions(vectors, positions) if length else vectors
-            token_states, layer_weights = self._encode(x, mask, need_layer_weights, propagation)
+        token_states, layer_weights, layout = self._through_blocks(
+            vectors, mask, positions, Stage(), need_layer_weights, propagation
+        )
         logits, pool_weights = self.read_out(token_states, mask, propagation)
         return ClassifierOutput(logits, pool_weights, layer_weights, token_states, layout)
+
+    def lower_block_states(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, blocks: int
+    ) -> torch.Tensor:
+        """Each token's vector after the embedding and the first ``blocks`` blocks, ``[B,T,D]``
+        (0 on padding): what the blocks above take, and what a run that trains only those
+        caches once (``model.freeze_blocks``). Documents are read from position 0, in windows
+        as :meth:`forward` reads them.
+
+        Args:
+            input_ids: ``[B,T]`` long token ids.
+            attention_mask: ``[B,T]`` bool, True = real token.
+            blocks: how many of the lowest blocks to run, ``0 <= blocks < n_layers``.
+        """
+        self._check_split(blocks)
+        mask = attention_mask.bool()
+        batch, length = mask.shape
+        positions = torch.arange(length, device=mask.device).expand(batch, -1)
+        states, _, _ = self._through_blocks(
+            self.token_vectors(input_ids), mask, positions, Stage(stop=blocks, final=False)
+        )
+        return states.masked_fill(~mask.unsqueeze(-1), 0.0)
+
+    def classify_from_block(
+        self, states: torch.Tensor, attention_mask: torch.Tensor, first_block: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rest of :meth:`forward` from :meth:`lower_block_states`: blocks ``first_block``
+        onwards, the final LayerNorm, the pool and the read-out → ``(logits [B,C],
+        pool_weights [B,H,T])``; the same values as :meth:`forward` on the same documents.
+
+        Args:
+            states: ``[B,T,D]`` from ``lower_block_states(..., blocks=first_block)``.
+            attention_mask: ``[B,T]`` bool, True = real token.
+            first_block: the first block to run, as ``blocks`` there.
+        """
+        self._check_split(first_block)
+        mask = attention_mask.bool()
+        if self.training and self.config.word_dropout > 0:
+            mask = drop_words(mask, self.config.word_dropout)
+        batch, length = mask.shape
+        positions = torch.arange(length, device=mask.device).expand(batch, -1)
+        token_states, _, _ = self._through_blocks(
+            states, mask, positions, Stage(start=first_block, embed=False)
+        )
+        return self.read_out(token_states, mask)
+
+    def _check_split(self, block: int) -> None:
+        if not 0 <= block < self.config.n_layers:
+            raise ValueError(f"a split between blocks must be in [0, {self.config.n_layers})")
+        if self.config.window_tokens and self.config.window_overlap:
+            # A token in an overlap has a state in each of its windows; one per token cannot
+            # stand for both.
+            raise ValueError("states between blocks are per token: no window_overlap")
+
+    def _through_blocks(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor,
+        positions: torch.Tensor,
+        stage: Stage,
+        need_layer_weights: bool | Literal["mean"] = False,
+        propagation: relevance.Propagation = None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor] | None, WindowLayout | None]:
+        """Per-token vectors ``[B,T,D]`` through ``stage`` of the encoder, in window rows when
+        the documents are longer than ``window_tokens`` → per-token states ``[B,T,D]``, each
+        block's attention when asked, and the window layout (None without windows)."""
+        batch, length = mask.shape
+        window = self.config.window_tokens
+        if window and length and int(positions.max()) >= window:
+            layout = window_layout(mask, positions, window, self.config.window_overlap)
+            rows = layout.to_rows(x)
+            if stage.embed:
+                rows = self._with_positions(rows, self._row_positions(layout))
+            states, layer_weights = self._encode_rows(
+                rows, layout.row_mask, need_layer_weights, propagation, stage
+            )
+            return layout.to_tokens(states, batch, length), layer_weights, layout
+        if stage.embed and length:
+            x = self._with_positions(x, positions)
+        states, layer_weights = self._encode(x, mask, need_layer_weights, propagation, stage)
+        return states, layer_weights, None
 
     @staticmethod
     def _row_positions(layout: WindowLayout) -> torch.Tensor:
@@ -383,8 +464,9 @@ class DocumentClassifier(nn.Module):
         row_mask: torch.Tensor,
         need_layer_weights: bool | Literal["mean"],
         propagation: relevance.Propagation,
+        stage: Stage,
     ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
-        """Window rows ``[N,L,D]`` through the blocks in groups of similar length.
+        """Window rows ``[N,L,D]`` through ``stage`` of the encoder in groups of similar length.
 
         A document's last window is usually short, and padding it to the longest row cost a
         third more slots and more attention (BBC's test split: 1.30x the real tokens, 1.43x
@@ -395,13 +477,17 @@ class DocumentClassifier(nn.Module):
         query slots hold values no token reads."""
         groups = length_groups(row_mask.sum(dim=1), row_mask.shape[1])
         if len(groups) == 1:
-            return self._encode(rows, row_mask, need_layer_weights, propagation)
+            return self._encode(rows, row_mask, need_layer_weights, propagation, stage)
         count, width = row_mask.shape
         states = rows.new_zeros(count, width, self.config.d_model)
         weights: list[torch.Tensor] | None = None
         for index, length in groups:
             part, part_weights = self._encode(
-                rows[index, :length], row_mask[index, :length], need_layer_weights, propagation
+                rows[index, :length],
+                row_mask[index, :length],
+                need_layer_weights,
+                propagation,
+                stage,
             )
             states = states.index_copy(0, index, F.pad(part, (0, 0, 0, width - length)))
             if part_weights is not None:
@@ -420,24 +506,29 @@ class DocumentClassifier(nn.Module):
         mask: torch.Tensor,
         need_layer_weights: bool | Literal["mean"],
         propagation: relevance.Propagation,
+        stage: Stage,
     ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
-        """Rows of positioned vectors ``[R,S,D]`` → normalised token states ``[R,S,D]`` and,
-        when asked, each block's attention."""
-        # Every propagation rule holds the embedding LayerNorm's scale constant: its input is
-        # where a word's vector enters, and gradient · input through a LayerNorm is ~0.
-        x = relevance.norm(x, self.embedding_norm, propagation)
-        x = self.embed_dropout(x)
+        """Rows ``[R,S,D]`` through ``stage``: from positioned vectors to normalised token
+        states for the whole encoder; each block's attention when asked."""
+        if stage.embed:
+            # Every propagation rule holds the embedding LayerNorm's scale constant: its input
+            # is where a word's vector enters, and gradient · input through a LayerNorm is ~0.
+            x = relevance.norm(x, self.embedding_norm, propagation)
+            x = self.embed_dropout(x)
         layer_weights: list[torch.Tensor] | None = [] if need_layer_weights else None
+        blocks = self.blocks[stage.start : stage.stop]
         # A batch without padding (length buckets often give one) needs no attention mask, and
         # SDPA without one ran 1.1x faster on a 2-core CPU (make encoder-speed).
-        block_mask = None if self.blocks and bool(mask.all()) else mask
+        block_mask = None if blocks and bool(mask.all()) else mask
         if len(x):
-            for block in self.blocks:
+            for block in blocks:
                 x, weights = block(x, block_mask, bool(need_layer_weights), propagation)
                 if layer_weights is not None:
                     if need_layer_weights == "mean":
                         weights = weights.mean(dim=1, keepdim=True)
                     layer_weights.append(weights)
+        if not stage.final:
+            return x, layer_weights
         return relevance.norm(x, self.final_norm, propagation), layer_weights
 
     def read_out(

@@ -35,8 +35,36 @@ def _check_training_settings(
         raise ConfigError(f"model.label_smoothing must be in [0, 1), got {label_smoothing}")
     if cache and not frozen_encoder:
         raise ConfigError(
-            "model.cache_encoder_states needs model.encoder and model.freeze_encoder: true "
-            "(only a frozen encoder's states stay the same between epochs)"
+            "model.cache_encoder_states needs model.encoder and model.freeze_encoder: true or "
+            "model.freeze_blocks above 0 (only frozen blocks' states stay the same between "
+            "epochs)"
+        )
+
+
+def _check_frozen_blocks(
+    freeze_blocks: int, encoder: str | None, freeze_encoder: bool, config: ModelConfig, cache: bool
+) -> None:
+    if not freeze_blocks:
+        return
+    if not encoder:
+        raise ConfigError(
+            "model.freeze_blocks holds pre-trained blocks at their weights: it needs model.encoder"
+        )
+    if freeze_encoder:
+        raise ConfigError(
+            "model.freeze_blocks and model.freeze_encoder: set one (freeze_encoder holds every "
+            "block)"
+        )
+    if not 0 < freeze_blocks < config.n_layers:
+        raise ConfigError(
+            f"model.freeze_blocks must be in [0, {config.n_layers}) for an encoder of "
+            f"{config.n_layers} blocks, got {freeze_blocks} (model.freeze_encoder: true holds "
+            "them all)"
+        )
+    if cache and config.window_tokens and config.window_overlap:
+        raise ConfigError(
+            "model.cache_encoder_states with model.freeze_blocks keeps one state per token, "
+            "but a token in a window overlap has one per window: set model.window_overlap: 0"
         )
 
 
@@ -146,9 +174,13 @@ class DocClassifierModule(pl.LightningModule):
         encoder_lr: peak learning rate of the pre-trained part (None: ``lr``); the new pool
             and read-out use ``lr``.
         freeze_encoder: train only the pool and read-out.
+        freeze_blocks: k > 0 holds the encoder's embeddings and its lowest k blocks at their
+            pre-trained weights and fine-tunes the blocks above, the pool and the read-out
+            (with ``cache_encoder_states`` the lowest k blocks then run once per document).
         cache_encoder_states: with a frozen encoder, compute each document's token states once
             and train the pool and read-out on them every epoch (the CPU path: an epoch then
-            costs almost nothing after the first).
+            costs almost nothing after the first); with ``freeze_blocks``, the states the
+            frozen blocks give, and every epoch runs the blocks above them.
     """
 
     def __init__(
@@ -180,14 +212,19 @@ class DocClassifierModule(pl.LightningModule):
         encoder_lr: float | None = None,
         freeze_encoder: bool = False,
         cache_encoder_states: bool = False,
+        freeze_blocks: int = 0,
     ) -> None:
         super().__init__()
-        frozen_encoder = bool(encoder and freeze_encoder)
+        frozen_encoder = bool(encoder and (freeze_encoder or freeze_blocks))
         _check_training_settings(
             lr, warmup_fraction, label_smoothing, cache_encoder_states, frozen_encoder
         )
         self.save_hyperparameters()
         self._build_model(encoder, freeze_encoder)
+        _check_frozen_blocks(
+            freeze_blocks, encoder, freeze_encoder, self.config, cache_encoder_states
+        )
+        self._freeze_lower_blocks(freeze_blocks)
         self.metrics = torch.nn.ModuleDict(
             {
                 f"{stage}_{name}": metric(num_classes=num_classes, average=average)
@@ -200,7 +237,9 @@ class DocClassifierModule(pl.LightningModule):
                 )
             }
         )
-        self.encoder_cache = EncoderStateCache() if cache_encoder_states else None
+        self.encoder_cache = (
+            EncoderStateCache(freeze_blocks or None) if cache_encoder_states else None
+        )
         # Per-class loss weights, computed from the training split in setup(); not saved (a
         # resumed run computes the same ones from the same split).
         self.register_buffer("loss_weights", None, persistent=False)
@@ -234,6 +273,16 @@ class DocClassifierModule(pl.LightningModule):
             for name, parameter in self.model.named_parameters():
                 if is_encoder_parameter(name):
                     parameter.requires_grad_(False)
+
+    def _freeze_lower_blocks(self, blocks: int) -> None:
+        """The embeddings and the lowest ``blocks`` blocks keep their pre-trained weights."""
+        if not blocks:
+            return
+        frozen = {"embed", "position_table", "embedding_norm"}
+        for name, parameter in self.model.named_parameters():
+            parts = name.split(".")
+            if parts[0] in frozen or (parts[0] == "blocks" and int(parts[1]) < blocks):
+                parameter.requires_grad_(False)
 
     def configure_model(self) -> None:
         # In place (nn.Module.compile): the state dict keeps its keys, so checkpoints load into
@@ -271,7 +320,12 @@ class DocClassifierModule(pl.LightningModule):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if self.encoder_cache is not None:
             states = self.encoder_cache.token_states(self.model, split, batch)
-            logits, _ = self.model.read_out(states, batch["attention_mask"])
+            if self.encoder_cache.blocks is None:
+                logits, _ = self.model.read_out(states, batch["attention_mask"])
+            else:
+                logits, _ = self.model.classify_from_block(
+                    states, batch["attention_mask"], self.encoder_cache.blocks
+                )
         else:
             logits = self.model(batch["input_ids"], batch["attention_mask"]).logits
         loss = F.cross_entropy(

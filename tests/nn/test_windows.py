@@ -248,3 +248,32 @@ def test_head_mean_weights_are_the_mean_of_every_head_s_in_every_window_row():
         assert_close(averaged, every.mean(dim=1, keepdim=True), atol=1e-7, rtol=0)
     with pytest.raises(ValueError, match="'mean'"):
         model(ids, mask, need_layer_weights="heads")  # a typo must not mean "every head"
+
+
+@pytest.mark.parametrize("window", [8, 0])
+@pytest.mark.parametrize("blocks", [0, 1, 2])
+def test_states_between_blocks_continue_to_the_same_output(window, blocks):
+    """What a run with its lowest blocks frozen caches (lower_block_states) and what it trains
+    on (classify_from_block) together are the model: the same logits and pool weights, in
+    window rows of unlike lengths (documents of 20 and 17 tokens end in short windows) and as
+    plain sequences."""
+    torch.manual_seed(0)
+    model = windowed(window=window, n_layers=3, max_positions=32)
+    ids, mask = padded_batch([7, 3, 20, 17, 9], vocab=60)
+    out = model(ids, mask)
+    states = model.lower_block_states(ids, mask, blocks)
+    assert states.shape == (5, 20, 16) and torch.all(states[~mask] == 0)
+    logits, pool_weights = model.classify_from_block(states, mask, blocks)
+    assert_close(logits, out.logits, atol=1e-5, rtol=1e-5)
+    assert_close(pool_weights, out.pool_weights, atol=1e-6, rtol=1e-5)
+    # Not a pass-through: the states between blocks are not the encoder's output.
+    assert not torch.allclose(states[mask], out.token_states[mask], atol=1e-2)
+
+
+def test_states_between_blocks_are_refused_where_a_token_has_two():
+    model = windowed(overlap=3)
+    ids, mask = padded_batch([20], vocab=60)
+    with pytest.raises(ValueError, match="no window_overlap"):
+        model.lower_block_states(ids, mask, 1)
+    with pytest.raises(ValueError, match=r"in \[0, 2\)"):
+        windowed().classify_from_block(torch.zeros(1, 20, 16), mask, 2)

@@ -171,3 +171,90 @@ def test_cache_with_a_streamed_training_set_is_refused():
     batch = {"input_ids": input_ids, "attention_mask": mask, "index": torch.tensor([-1, -1])}
     with pytest.raises(ConfigError, match="rows without a row number"):
         EncoderStateCache().token_states(module.model, "train", batch)
+
+
+def test_frozen_lower_blocks_are_left_out_of_the_optimiser():
+    module = DocClassifierModule(
+        vocab_size=MINILM_VOCAB, num_classes=3, encoder="minilm", freeze_blocks=5
+    )
+    trained = {
+        ".".join(name.split(".")[:2]) if name.startswith("blocks.") else name.split(".")[0]
+        for name, p in module.model.named_parameters()
+        if p.requires_grad
+    }
+    # The top block and its output LayerNorm (final_norm, post-LN) train; the embeddings and
+    # blocks 0-4 keep MiniLM's weights.
+    assert trained == {"blocks.5", "final_norm", "pool", "head"}
+    in_optimiser = sum(len(g["params"]) for g in module.parameter_groups())
+    assert in_optimiser == sum(p.requires_grad for p in module.model.parameters())
+
+
+def test_cached_lower_block_states_train_the_top_block_as_the_whole_model_would():
+    """With freeze_blocks and the cache, a step computes the lowest blocks once per document
+    and then only the top one, with the same logits and the same gradients as a step through
+    the whole model. Windows of 16 tokens: a 40-token document spans three."""
+    from docclass.data.batching import pad_token_ids
+
+    settings = dict(
+        vocab_size=MINILM_VOCAB, num_classes=3, encoder="minilm", freeze_blocks=5,
+        window_tokens=16, dropout=0.0, embed_dropout=0.0,
+    )  # fmt: skip
+    cached = DocClassifierModule(**settings, cache_encoder_states=True)
+    whole = DocClassifierModule(**settings)
+    whole.model.load_state_dict(cached.model.state_dict())
+    input_ids, mask = pad_token_ids(
+        [list(range(2000, 2040)), [3000, 3001], list(range(4000, 4023))]
+    )
+    batch = {
+        "input_ids": input_ids,
+        "attention_mask": mask,
+        "labels": torch.tensor([0, 1, 2]),
+        "index": torch.tensor([3, 1, 7]),
+    }
+    calls = {"lowest": 0, "top": 0}
+    cached.model.blocks[0].register_forward_hook(
+        lambda *a: calls.update(lowest=calls["lowest"] + 1)
+    )
+    cached.model.blocks[5].register_forward_hook(lambda *a: calls.update(top=calls["top"] + 1))
+    loss, logits = cached._shared_step(batch)
+    whole_loss, whole_logits = whole._shared_step(batch)
+    torch.testing.assert_close(logits, whole_logits, atol=1e-5, rtol=1e-5)
+    loss.backward()
+    whole_loss.backward()
+    for (name, ours), theirs in zip(
+        cached.model.named_parameters(), whole.model.parameters(), strict=True
+    ):
+        if ours.requires_grad:
+            torch.testing.assert_close(ours.grad, theirs.grad, atol=1e-5, rtol=1e-4, msg=name)
+        else:
+            assert ours.grad is None and theirs.grad is None, name
+    assert cached.model.blocks[5].ffn[0].weight.grad.abs().sum() > 0
+    lowest, top = calls["lowest"], calls["top"]
+    cached._shared_step(batch)
+    assert calls["lowest"] == lowest and calls["top"] > top  # the second epoch: the top only
+    assert len(cached.encoder_cache) == 3
+
+
+@pytest.mark.fault(
+    "model.freeze_blocks without an encoder, beside freeze_encoder, as many as the encoder's "
+    "blocks, or cached with overlapping windows",
+    "refused with one line naming the setting and the fix before anything is trained",
+)
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(vocab_size=100, freeze_blocks=2), "freeze_blocks .* needs model.encoder"),
+        (dict(encoder="minilm", freeze_blocks=6), r"freeze_blocks must be in \[0, 6\)"),
+        (dict(encoder="minilm", freeze_blocks=2, freeze_encoder=True), "set one"),
+        (
+            dict(
+                encoder="minilm", freeze_blocks=2, cache_encoder_states=True,
+                window_tokens=512, window_overlap=64,
+            ),
+            "set model.window_overlap: 0",
+        ),
+    ],
+)  # fmt: skip
+def test_impossible_frozen_blocks_are_refused(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        DocClassifierModule(**{"vocab_size": MINILM_VOCAB, "num_classes": 3, **settings})
