@@ -415,7 +415,9 @@ class DocumentClassifier(nn.Module):
 
     def _check_split(self, block: int) -> None:
         if not 0 <= block < self.config.n_layers:
-            raise ValueError(f"a split between blocks must be in [0, {self.config.n_layers})")
+            raise ValueError(
+                f"a split between blocks must be in [0, {self.config.n_layers}), got {block}"
+            )
         if self.config.window_tokens and self.config.window_overlap:
             # A token in an overlap has a state in each of its windows; one per token cannot
             # stand for both.

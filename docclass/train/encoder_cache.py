@@ -24,6 +24,13 @@ from docclass.nn.model import DocumentClassifier
 class EncoderStateCache:
     """Token states of every (split, row) seen so far, computed in eval mode without grad.
 
+    Each entry keeps the token ids it was computed for: a row that comes back with other ids
+    is refused rather than given another document's states. A document's states are computed
+    beside the other new documents of its batch, and padding width changes their rounding
+    (about 3e-8): a run resumed from a checkpoint after its first epoch, whose cache starts
+    empty, trains on states equal to the uninterrupted run's to that rounding, not bit for
+    bit. Computing each document alone would fix it at 2-4x the cost on a CPU.
+
     Args:
         blocks: None: the whole encoder's output (the pool's input); ``k``: the states after
             the lowest ``k`` blocks (:meth:`DocumentClassifier.lower_block_states`).
@@ -31,7 +38,8 @@ class EncoderStateCache:
 
     def __init__(self, blocks: int | None = None) -> None:
         self.blocks = blocks
-        self.states: dict[tuple[str, int], torch.Tensor] = {}
+        # (split, row) -> (the document's token ids, its states [T,D] on the CPU)
+        self.states: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def __len__(self) -> int:
         return len(self.states)
@@ -49,20 +57,33 @@ class EncoderStateCache:
                 "(streamed); set cache_encoder_states: false"
             )
         lengths = batch["attention_mask"].sum(dim=1).tolist()
+        ids = [batch["input_ids"][i, : lengths[i]].cpu() for i in range(len(rows))]
         missing = [i for i, row in enumerate(rows) if (split, row) not in self.states]
         if missing:
-            self._compute(model, split, batch, missing, rows, lengths)
+            computed = self._compute(model, [ids[i] for i in missing], batch["input_ids"].device)
+            for i, state in zip(missing, computed, strict=True):
+                self.states[(split, rows[i])] = (ids[i], state)
         width = batch["input_ids"].shape[1]
-        first = self.states[(split, rows[0])]
-        states = torch.zeros(len(rows), width, model.config.d_model, dtype=first.dtype)
+        found = []
         for i, row in enumerate(rows):
-            states[i, : lengths[i]] = self.states[(split, row)]
+            cached_ids, state = self.states[(split, row)]
+            if not torch.equal(cached_ids, ids[i]):
+                raise ConfigError(
+                    f"model.cache_encoder_states: {split} row {row} is not the document its "
+                    "states were cached for (another dataset under the same model?); start a "
+                    "new run, or set cache_encoder_states: false"
+                )
+            found.append(state)
+        states = torch.zeros(len(rows), width, model.config.d_model, dtype=found[0].dtype)
+        for i, state in enumerate(found):
+            states[i, : lengths[i]] = state
         return states.to(batch["input_ids"].device)
 
-    def _compute(self, model, split, batch, missing, rows, lengths) -> None:
-        ids = [batch["input_ids"][i, : lengths[i]].tolist() for i in missing]
-        input_ids, mask = pad_token_ids(ids, model.config.pad_id)
-        device = batch["input_ids"].device
+    def _compute(
+        self, model: DocumentClassifier, documents: list[torch.Tensor], device
+    ) -> list[torch.Tensor]:
+        """Each document's ``[T,D]`` states, on the CPU, computed in one padded batch."""
+        input_ids, mask = pad_token_ids([d.tolist() for d in documents], model.config.pad_id)
         was_training = model.training
         model.eval()  # no dropout: the cached states are the encoder's, not a noisy draw
         try:
@@ -74,6 +95,5 @@ class EncoderStateCache:
                     states = model.lower_block_states(input_ids, mask, self.blocks)
         finally:
             model.train(was_training)
-        for position, i in enumerate(missing):
-            state = states[position, : lengths[i]].to("cpu")
-            self.states[(split, rows[i])] = state
+        # Copies: a view would keep the whole padded batch alive for every document.
+        return [states[i, : len(d)].to("cpu").clone() for i, d in enumerate(documents)]

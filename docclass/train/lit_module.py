@@ -25,7 +25,12 @@ from docclass.train.encoder_cache import EncoderStateCache
 
 
 def _check_training_settings(
-    lr: float, warmup_fraction: float, label_smoothing: float, cache: bool, frozen_encoder: bool
+    lr: float,
+    warmup_fraction: float,
+    label_smoothing: float,
+    cache: bool,
+    frozen_encoder: bool,
+    word_dropout: float,
 ) -> None:
     if lr <= 0:
         raise ConfigError(f"model.lr must be positive, got {lr}")
@@ -39,6 +44,13 @@ def _check_training_settings(
             "model.freeze_blocks above 0 (only frozen blocks' states stay the same between "
             "epochs)"
         )
+    if cache and word_dropout > 0:
+        # The cached states were computed with every word in view: a word dropped above them
+        # would still have shaped its neighbours below.
+        raise ConfigError(
+            "model.word_dropout with model.cache_encoder_states: the cached states saw every "
+            "word; set model.word_dropout: 0 or model.cache_encoder_states: false"
+        )
 
 
 def _check_frozen_blocks(
@@ -46,10 +58,6 @@ def _check_frozen_blocks(
 ) -> None:
     if not freeze_blocks:
         return
-    if not encoder:
-        raise ConfigError(
-            "model.freeze_blocks holds pre-trained blocks at their weights: it needs model.encoder"
-        )
     if freeze_encoder:
         raise ConfigError(
             "model.freeze_blocks and model.freeze_encoder: set one (freeze_encoder holds every "
@@ -57,9 +65,9 @@ def _check_frozen_blocks(
         )
     if not 0 < freeze_blocks < config.n_layers:
         raise ConfigError(
-            f"model.freeze_blocks must be in [0, {config.n_layers}) for an encoder of "
-            f"{config.n_layers} blocks, got {freeze_blocks} (model.freeze_encoder: true holds "
-            "them all)"
+            f"model.freeze_blocks must be 1 to {config.n_layers - 1} for an encoder of "
+            f"{config.n_layers} blocks (0: none held), got {freeze_blocks}; "
+            "model.freeze_encoder: true holds them all"
         )
     if cache and config.window_tokens and config.window_overlap:
         raise ConfigError(
@@ -215,9 +223,19 @@ class DocClassifierModule(pl.LightningModule):
         freeze_blocks: int = 0,
     ) -> None:
         super().__init__()
+        if freeze_blocks and not encoder:
+            raise ConfigError(
+                "model.freeze_blocks holds pre-trained blocks at their weights: it needs "
+                "model.encoder, or set model.freeze_blocks: 0"
+            )
         frozen_encoder = bool(encoder and (freeze_encoder or freeze_blocks))
         _check_training_settings(
-            lr, warmup_fraction, label_smoothing, cache_encoder_states, frozen_encoder
+            lr,
+            warmup_fraction,
+            label_smoothing,
+            cache_encoder_states,
+            frozen_encoder,
+            word_dropout,
         )
         self.save_hyperparameters()
         self._build_model(encoder, freeze_encoder)
@@ -283,6 +301,26 @@ class DocClassifierModule(pl.LightningModule):
             parts = name.split(".")
             if parts[0] in frozen or (parts[0] == "blocks" and int(parts[1]) < blocks):
                 parameter.requires_grad_(False)
+
+    def frozen_modules(self) -> list[torch.nn.Module]:
+        """The parts that keep the encoder's weights: the embedding's dropout and the blocks
+        held (every block with ``freeze_encoder``)."""
+        if not self.hparams.encoder:
+            return []
+        if self.hparams.freeze_encoder:
+            return [self.model.embed_dropout, *self.model.blocks]
+        held = self.hparams.get("freeze_blocks", 0)
+        return [self.model.embed_dropout, *self.model.blocks[:held]] if held else []
+
+    def train(self, mode: bool = True) -> DocClassifierModule:
+        """As ``nn.Module.train``, but frozen parts stay in eval mode: they are evaluated, never
+        trained, so without dropout, exactly as the encoder cache computes them. With the cache
+        and without it, a run then trains the very same model."""
+        super().train(mode)
+        if mode:
+            for module in self.frozen_modules():
+                module.eval()
+        return self
 
     def configure_model(self) -> None:
         # In place (nn.Module.compile): the state dict keeps its keys, so checkpoints load into

@@ -189,62 +189,111 @@ def test_frozen_lower_blocks_are_left_out_of_the_optimiser():
     assert in_optimiser == sum(p.requires_grad for p in module.model.parameters())
 
 
+def _batch(rows: list[list[int]], index: list[int]) -> dict[str, torch.Tensor]:
+    from docclass.data.batching import pad_token_ids
+
+    input_ids, mask = pad_token_ids(rows)
+    labels = torch.arange(len(rows)) % 3
+    return {
+        "input_ids": input_ids,
+        "attention_mask": mask,
+        "labels": labels,
+        "index": torch.tensor(index),
+    }
+
+
 def test_cached_lower_block_states_train_the_top_block_as_the_whole_model_would():
     """With freeze_blocks and the cache, a step computes the lowest blocks once per document
     and then only the top one, with the same logits and the same gradients as a step through
-    the whole model. Windows of 16 tokens: a 40-token document spans three."""
-    from docclass.data.batching import pad_token_ids
-
+    the whole model, in train mode with the demo's dropout (the held blocks are evaluated,
+    not trained, on both paths). Windows of 16 tokens: a 40-token document spans three. The
+    second step mixes cached and new documents in another order and width."""
     settings = dict(
         vocab_size=MINILM_VOCAB, num_classes=3, encoder="minilm", freeze_blocks=5,
-        window_tokens=16, dropout=0.0, embed_dropout=0.0,
+        window_tokens=16, dropout=0.1, embed_dropout=0.1,
     )  # fmt: skip
-    cached = DocClassifierModule(**settings, cache_encoder_states=True)
-    whole = DocClassifierModule(**settings)
+    cached = DocClassifierModule(**settings, cache_encoder_states=True).train()
+    whole = DocClassifierModule(**settings).train()
     whole.model.load_state_dict(cached.model.state_dict())
-    input_ids, mask = pad_token_ids(
-        [list(range(2000, 2040)), [3000, 3001], list(range(4000, 4023))]
-    )
-    batch = {
-        "input_ids": input_ids,
-        "attention_mask": mask,
-        "labels": torch.tensor([0, 1, 2]),
-        "index": torch.tensor([3, 1, 7]),
-    }
+    long, short, middle = list(range(2000, 2040)), [3000, 3001], list(range(4000, 4023))
+    first = _batch([long, short, middle], [3, 1, 7])
+    second = _batch([list(range(5000, 5030)), middle, [6000] * 5, short], [9, 7, 2, 1])
     calls = {"lowest": 0, "top": 0}
-    cached.model.blocks[0].register_forward_hook(
-        lambda *a: calls.update(lowest=calls["lowest"] + 1)
-    )
-    cached.model.blocks[5].register_forward_hook(lambda *a: calls.update(top=calls["top"] + 1))
-    loss, logits = cached._shared_step(batch)
-    whole_loss, whole_logits = whole._shared_step(batch)
-    torch.testing.assert_close(logits, whole_logits, atol=1e-5, rtol=1e-5)
-    loss.backward()
-    whole_loss.backward()
-    for (name, ours), theirs in zip(
-        cached.model.named_parameters(), whole.model.parameters(), strict=True
-    ):
-        if ours.requires_grad:
-            torch.testing.assert_close(ours.grad, theirs.grad, atol=1e-5, rtol=1e-4, msg=name)
-        else:
-            assert ours.grad is None and theirs.grad is None, name
-    assert cached.model.blocks[5].ffn[0].weight.grad.abs().sum() > 0
+    for name, block in (("lowest", cached.model.blocks[0]), ("top", cached.model.blocks[5])):
+        block.register_forward_hook(lambda *a, name=name: calls.update({name: calls[name] + 1}))
+    for step, batch in enumerate((first, second)):
+        cached.zero_grad()
+        whole.zero_grad()
+        torch.manual_seed(step)
+        loss, logits = cached._shared_step(batch)
+        torch.manual_seed(step)
+        whole_loss, whole_logits = whole._shared_step(batch)
+        torch.testing.assert_close(logits, whole_logits, atol=1e-5, rtol=1e-5)
+        loss.backward()
+        whole_loss.backward()
+        for (name, ours), theirs in zip(
+            cached.model.named_parameters(), whole.model.parameters(), strict=True
+        ):
+            if ours.requires_grad:
+                torch.testing.assert_close(ours.grad, theirs.grad, atol=1e-5, rtol=1e-4, msg=name)
+            else:
+                assert ours.grad is None and theirs.grad is None, name
+        assert cached.model.blocks[5].ffn[0].weight.grad.abs().sum() > 0
+    assert len(cached.encoder_cache) == 5
     lowest, top = calls["lowest"], calls["top"]
-    cached._shared_step(batch)
-    assert calls["lowest"] == lowest and calls["top"] > top  # the second epoch: the top only
-    assert len(cached.encoder_cache) == 3
+    cached._shared_step(second)
+    assert calls["lowest"] == lowest and calls["top"] > top  # a later epoch: the top only
+
+
+def test_held_blocks_stay_in_eval_mode_while_the_rest_trains():
+    module = DocClassifierModule(
+        vocab_size=MINILM_VOCAB, num_classes=3, encoder="minilm", freeze_blocks=5
+    ).train()
+    assert not module.model.embed_dropout.training
+    assert [block.training for block in module.model.blocks] == [False] * 5 + [True]
+    assert module.model.pool.training and module.model.readout_dropout.training
+    frozen = DocClassifierModule(
+        vocab_size=MINILM_VOCAB, num_classes=3, encoder="minilm", freeze_encoder=True
+    ).train()
+    assert not any(block.training for block in frozen.model.blocks)
+    assert frozen.model.readout_dropout.training
+
+
+@pytest.mark.fault(
+    "a cached row that comes back holding another document (the same model on other data)",
+    "refused with one line naming the split and row, never trained on the other document's states",
+)
+def test_a_cached_row_with_other_token_ids_is_refused():
+    from docclass.train.encoder_cache import EncoderStateCache
+
+    module = DocClassifierModule(
+        vocab_size=MINILM_VOCAB, num_classes=3, encoder="minilm", freeze_blocks=5
+    ).eval()
+    cache = EncoderStateCache(5)
+    cache.token_states(module.model, "train", _batch([[2000, 2001, 2002]], [4]))
+    with pytest.raises(ConfigError, match="train row 4 is not the document"):
+        cache.token_states(module.model, "train", _batch([[2000, 2001, 2003]], [4]))
 
 
 @pytest.mark.fault(
     "model.freeze_blocks without an encoder, beside freeze_encoder, as many as the encoder's "
-    "blocks, or cached with overlapping windows",
+    "blocks, or cached with overlapping windows; word dropout with cached states",
     "refused with one line naming the setting and the fix before anything is trained",
 )
 @pytest.mark.parametrize(
     "settings, message",
     [
         (dict(vocab_size=100, freeze_blocks=2), "freeze_blocks .* needs model.encoder"),
-        (dict(encoder="minilm", freeze_blocks=6), r"freeze_blocks must be in \[0, 6\)"),
+        (dict(encoder="minilm", freeze_blocks=6), "freeze_blocks must be 1 to 5 .*got 6"),
+        (dict(encoder="minilm", freeze_blocks=-1), "freeze_blocks must be 1 to 5 .*got -1"),
+        (
+            dict(encoder="minilm", freeze_blocks=5, cache_encoder_states=True, word_dropout=0.1),
+            "set model.word_dropout: 0",
+        ),
+        (
+            dict(vocab_size=100, freeze_blocks=2, cache_encoder_states=True),
+            "freeze_blocks .* needs model.encoder",
+        ),
         (dict(encoder="minilm", freeze_blocks=2, freeze_encoder=True), "set one"),
         (
             dict(
@@ -258,3 +307,28 @@ def test_cached_lower_block_states_train_the_top_block_as_the_whole_model_would(
 def test_impossible_frozen_blocks_are_refused(settings, message):
     with pytest.raises(ConfigError, match=message):
         DocClassifierModule(**{"vocab_size": MINILM_VOCAB, "num_classes": 3, **settings})
+
+
+def test_the_demo_config_fine_tunes_only_its_top_block_end_to_end(tmp_path):
+    """make demo's config on a tiny slice (windows of 16 tokens, documents cut at 48): the run
+    trains, tests, calibrates and reports, and its weights are MiniLM's own, bit for bit, in
+    the embeddings and the lowest five blocks, and trained in the top block."""
+    from docclass.artifacts.encoders import encoder_state_dict, locate_encoder
+
+    main([
+        "fit", "--config", str(CONFIGS / "demo.yaml"),
+        "--model.window_tokens", "16", "--data.max_tokens", "48",
+        "--data.max_docs_per_class", "6", "--trainer.max_epochs", "2",
+        "--report_max_documents", "4", "--report_faithfulness_documents", "2",
+        "--trainer.default_root_dir", str(tmp_path),
+    ])  # fmt: skip
+    state = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    pretrained = encoder_state_dict(locate_encoder("minilm"), 6)
+    top = ("blocks.5.", "final_norm.")
+    for name, weights in pretrained.items():
+        assert torch.equal(state["model." + name], weights) != name.startswith(top), name
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["config"]["model"]["freeze_blocks"] == 5 and metrics["test"]["n_documents"]
+    assert "temperature" in metrics["calibration"]
+    records = read_jsonl(tmp_path / "report" / "explanations.jsonl.gz")
+    assert len(records) == 4 and all(r["tokens_read"] == 48 for r in records)
