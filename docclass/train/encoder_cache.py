@@ -84,7 +84,8 @@ class EncoderStateCache:
     ) -> list[torch.Tensor]:
         """Each document's ``[T,D]`` states, on the CPU, computed in one padded batch."""
         input_ids, mask = pad_token_ids([d.tolist() for d in documents], model.config.pad_id)
-        was_training = model.training
+        # Each submodule's own mode, restored after: a held block in eval mode stays so.
+        modes = [(module, module.training) for module in model.modules()]
         model.eval()  # no dropout: the cached states are the encoder's, not a noisy draw
         try:
             with torch.no_grad():
@@ -94,6 +95,7 @@ class EncoderStateCache:
                 else:
                     states = model.lower_block_states(input_ids, mask, self.blocks)
         finally:
-            model.train(was_training)
+            for module, training in modes:
+                module.training = training
         # Copies: a view would keep the whole padded batch alive for every document.
         return [states[i, : len(d)].to("cpu").clone() for i, d in enumerate(documents)]

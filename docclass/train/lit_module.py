@@ -318,9 +318,18 @@ class DocClassifierModule(pl.LightningModule):
         and without it, a run then trains the very same model."""
         super().train(mode)
         if mode:
-            for module in self.frozen_modules():
-                module.eval()
+            self._hold_frozen_in_eval()
         return self
+
+    def on_train_batch_start(self, batch: dict, batch_idx: int) -> None:
+        # Lightning does not call train() on the module: it restores each submodule's own
+        # flag after validation, and other code (the snapshots, the cache) sets the inner
+        # model's mode as a whole. So the held parts are put back in eval before every step.
+        self._hold_frozen_in_eval()
+
+    def _hold_frozen_in_eval(self) -> None:
+        for module in self.frozen_modules():
+            module.eval()
 
     def configure_model(self) -> None:
         # In place (nn.Module.compile): the state dict keeps its keys, so checkpoints load into

@@ -259,6 +259,32 @@ def test_held_blocks_stay_in_eval_mode_while_the_rest_trains():
     assert frozen.model.readout_dropout.training
 
 
+@pytest.mark.parametrize("cache", [False, True])
+def test_held_blocks_run_without_dropout_in_a_real_fit(cache):
+    """Through Lightning's own loop (sanity check, training steps, validation): the held
+    blocks always run in eval mode, the top block trains in train mode."""
+    import lightning.pytorch as pl
+    from torch.utils.data import DataLoader
+
+    module = DocClassifierModule(
+        vocab_size=MINILM_VOCAB, num_classes=3, encoder="minilm", freeze_blocks=5,
+        window_tokens=16, cache_encoder_states=cache,
+    )  # fmt: skip
+    seen = {"held": [], "top": []}
+    for name, block in (("held", module.model.blocks[0]), ("top", module.model.blocks[5])):
+        block.register_forward_hook(lambda m, *a, name=name: seen[name].append(m.training))
+    train = [_batch([list(range(2000, 2040)), [3000, 3001]], [0, 1]), _batch([[4000] * 9], [2])]
+    val = [_batch([[5000, 5001, 5002]], [0])]
+    trainer = pl.Trainer(
+        accelerator="cpu", max_steps=2, num_sanity_val_steps=1, val_check_interval=1,
+        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(module, DataLoader(train, batch_size=None), DataLoader(val, batch_size=None))
+    assert seen["held"] and not any(seen["held"])
+    assert True in seen["top"]
+
+
 @pytest.mark.fault(
     "a cached row that comes back holding another document (the same model on other data)",
     "refused with one line naming the split and row, never trained on the other document's states",
