@@ -1,9 +1,9 @@
 """How large the HTML report grows and how fast it opens, at 300 and 1,000 documents: `make
-report-scale` (after `make demo`).
+report-scale` (after `make scratch`).
 
 Two corpora: a synthetic 150-class intent corpus of short requests with long class names
 (:func:`docclass.data.synthetic.intent_corpus`, written to ``data/synthetic/intents150/`` and
-learnt by a small model trained here from scratch), and BBC News articles with the demo's
+learnt by a small model trained here from scratch), and BBC News articles with the from-scratch model's
 checkpoint. Each report is made by ``docclass report`` in a fresh process with the project's
 default options; then its folder is measured by kind of file, and ``index.html`` and the
 largest document page are opened in headless Chromium as the browser test opens them (median of
@@ -391,7 +391,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("reports/report-scale.json"))
     args = parser.parse_args()
     if not Path(args.bbc_ckpt).is_file():
-        sys.exit(f"{args.bbc_ckpt} not found: run 'make demo' first")
+        sys.exit(f"{args.bbc_ckpt} not found: run 'make scratch' first")
     started = time.perf_counter()
     corpus = write_intents(args.data_dir, args.seed)
     print(f"intent corpus: {corpus['documents']} → {args.data_dir}")

@@ -266,7 +266,7 @@ def instantiate(config: str, *overrides: str) -> DocClassCLI:
     )
 
 
-@pytest.mark.parametrize("name", ["bbc", "tiny", "bbc-long", "minilm", "minilm-128"])
+@pytest.mark.parametrize("name", ["bbc", "tiny", "bbc-long", "minilm", "minilm-128", "demo"])
 def test_cpu_configs_instantiate(name, tmp_path):
     cli = instantiate(str(CONFIGS / f"{name}.yaml"), "--trainer.default_root_dir", str(tmp_path))
     assert cli.model.hparams.num_classes == 5
@@ -275,6 +275,12 @@ def test_cpu_configs_instantiate(name, tmp_path):
         assert cli.model.config.d_model == 384 and cli.model.config.window_tokens == 512
         assert cli.datamodule.max_tokens == 2048 and cli.config["report_max_documents"] == 1000
         assert cli.config["report_faithfulness_documents"]  # measured on a sample, said so
+    if name == "demo":  # the recommended model's whole documents, its lowest 5 blocks cached
+        assert cli.model.config.window_tokens == 512 and cli.datamodule.max_tokens == 2048
+        assert cli.model.encoder_cache is not None and cli.model.encoder_cache.blocks == 5
+        assert cli.config["report_max_documents"] == 1000  # the whole test split
+        assert cli.config["report_faithfulness_documents"] == 10  # a sample, said so
+        assert cli.trainer.max_epochs == 2
     if name == "minilm-128":  # the first window only
         assert cli.datamodule.max_tokens == 128 and cli.model.config.window_tokens == 0
     if name == "bbc-long":  # whole documents, read through windowed attention
