@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Mapping
 from dataclasses import fields
-from typing import Literal
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
@@ -24,14 +25,17 @@ from docclass.nn.model import ClassifierOutput, DocumentClassifier, ModelConfig
 from docclass.train.encoder_cache import EncoderStateCache
 
 
-def _check_training_settings(
-    lr: float,
-    warmup_fraction: float,
-    label_smoothing: float,
-    cache: bool,
-    frozen_encoder: bool,
-    word_dropout: float,
-) -> None:
+def _check_training_settings(settings: Mapping[str, Any]) -> None:
+    """Refuse settings that cannot train as asked, before any weights are built or read."""
+    lr, warmup_fraction = settings["lr"], settings["warmup_fraction"]
+    label_smoothing, word_dropout = settings["label_smoothing"], settings["word_dropout"]
+    encoder, cache = settings["encoder"], settings["cache_encoder_states"]
+    if settings["freeze_blocks"] and not encoder:
+        raise ConfigError(
+            "model.freeze_blocks holds pre-trained blocks at their weights: it needs "
+            "model.encoder, or set model.freeze_blocks: 0"
+        )
+    frozen_encoder = bool(encoder and (settings["freeze_encoder"] or settings["freeze_blocks"]))
     if lr <= 0:
         raise ConfigError(f"model.lr must be positive, got {lr}")
     if not 0 <= warmup_fraction < 1:
@@ -51,6 +55,21 @@ def _check_training_settings(
             "model.word_dropout with model.cache_encoder_states: the cached states saw every "
             "word; set model.word_dropout: 0 or model.cache_encoder_states: false"
         )
+
+
+def _stage_metrics(num_classes: int) -> torch.nn.ModuleDict:
+    return torch.nn.ModuleDict(
+        {
+            f"{stage}_{name}": metric(num_classes=num_classes, average=average)
+            for stage in ("val", "test")
+            for name, metric, average in (
+                ("acc", MulticlassAccuracy, "micro"),
+                # Over the classes in labels or predictions, as metrics.json's macro-F1
+                # (docclass.metrics; tests/test_metrics.py holds the two together).
+                ("f1", MulticlassF1Score, "macro"),
+            )
+        }
+    )
 
 
 def _check_frozen_blocks(
@@ -223,38 +242,14 @@ class DocClassifierModule(pl.LightningModule):
         freeze_blocks: int = 0,
     ) -> None:
         super().__init__()
-        if freeze_blocks and not encoder:
-            raise ConfigError(
-                "model.freeze_blocks holds pre-trained blocks at their weights: it needs "
-                "model.encoder, or set model.freeze_blocks: 0"
-            )
-        frozen_encoder = bool(encoder and (freeze_encoder or freeze_blocks))
-        _check_training_settings(
-            lr,
-            warmup_fraction,
-            label_smoothing,
-            cache_encoder_states,
-            frozen_encoder,
-            word_dropout,
-        )
         self.save_hyperparameters()
+        _check_training_settings(self.hparams)
         self._build_model(encoder, freeze_encoder)
         _check_frozen_blocks(
             freeze_blocks, encoder, freeze_encoder, self.config, cache_encoder_states
         )
         self._freeze_lower_blocks(freeze_blocks)
-        self.metrics = torch.nn.ModuleDict(
-            {
-                f"{stage}_{name}": metric(num_classes=num_classes, average=average)
-                for stage in ("val", "test")
-                for name, metric, average in (
-                    ("acc", MulticlassAccuracy, "micro"),
-                    # Over the classes in labels or predictions, as metrics.json's macro-F1
-                    # (docclass.metrics; tests/test_metrics.py holds the two together).
-                    ("f1", MulticlassF1Score, "macro"),
-                )
-            }
-        )
+        self.metrics = _stage_metrics(num_classes)
         self.encoder_cache = (
             EncoderStateCache(freeze_blocks or None) if cache_encoder_states else None
         )
