@@ -23,6 +23,8 @@ CANDIDATES = {
     "from scratch": ("configs/bbc.yaml", []),
     "MiniLM 128": ("configs/minilm-128.yaml", []),
     "MiniLM whole": ("configs/minilm.yaml", []),
+    # make demo's recipe: whole documents, the lowest five blocks held and cached, 2 epochs.
+    "MiniLM demo": ("configs/demo.yaml", []),
 }
 
 
