@@ -3,8 +3,8 @@ report-scale` (after `make scratch`).
 
 Two corpora: a synthetic 150-class intent corpus of short requests with long class names
 (:func:`docclass.data.synthetic.intent_corpus`, written to ``data/synthetic/intents150/`` and
-learnt by a small model trained here from scratch), and BBC News articles with the from-scratch model's
-checkpoint. Each report is made by ``docclass report`` in a fresh process with the project's
+learnt by a small model trained here from scratch), and BBC News articles with the from-scratch
+model's checkpoint. Each report is made by ``docclass report`` in a fresh process with the project's
 default options; then its folder is measured by kind of file, and ``index.html`` and the
 largest document page are opened in headless Chromium as the browser test opens them (median of
 3 loads, each in a fresh browser context). Prints a table and writes JSON.
