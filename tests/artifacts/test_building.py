@@ -8,6 +8,7 @@ from docclass.artifacts.building import build_classifier, least_parameters, mode
 from docclass.errors import CheckpointError
 from docclass.nn.model import DocumentClassifier, ModelConfig
 
+# fmt: off
 CONFIGS = [
     dict(vocab_size=50, num_classes=3, d_model=16, n_heads=2, n_layers=0, pool_heads=2),
     dict(vocab_size=50, num_classes=3, d_model=16, n_heads=2, n_layers=2, ffn_mult=1),
@@ -15,8 +16,9 @@ CONFIGS = [
         vocab_size=80, num_classes=7, d_model=24, n_heads=3, n_layers=1, ffn_mult=4,
         positions="learned", max_positions=64, norm="post", embedding_norm=True,
         scale_embeddings=False, window_tokens=16,
-    ),  # fmt: skip
+    ),
 ]
+# fmt: on
 
 
 @pytest.mark.parametrize("settings", CONFIGS)
