@@ -72,12 +72,12 @@ def _stage_metrics(num_classes: int) -> torch.nn.ModuleDict:
     )
 
 
-def _check_frozen_blocks(
-    freeze_blocks: int, encoder: str | None, freeze_encoder: bool, config: ModelConfig, cache: bool
-) -> None:
+def _check_frozen_blocks(settings: Mapping[str, Any], config: ModelConfig) -> None:
+    """Refuse a freeze_blocks the encoder's shape cannot take, before its weights are read."""
+    freeze_blocks, cache = settings["freeze_blocks"], settings["cache_encoder_states"]
     if not freeze_blocks:
         return
-    if freeze_encoder:
+    if settings["freeze_encoder"]:
         raise ConfigError(
             "model.freeze_blocks and model.freeze_encoder: set one (freeze_encoder holds every "
             "block)"
@@ -245,9 +245,6 @@ class DocClassifierModule(pl.LightningModule):
         self.save_hyperparameters()
         _check_training_settings(self.hparams)
         self._build_model(encoder, freeze_encoder)
-        _check_frozen_blocks(
-            freeze_blocks, encoder, freeze_encoder, self.config, cache_encoder_states
-        )
         self._freeze_lower_blocks(freeze_blocks)
         self.metrics = _stage_metrics(num_classes)
         self.encoder_cache = (
@@ -272,6 +269,7 @@ class DocClassifierModule(pl.LightningModule):
             _refuse_conflicts(settings, fixed, encoder)
             settings.update(fixed)
         self.config = ModelConfig(**settings)
+        _check_frozen_blocks(self.hparams, self.config)
         self.model = DocumentClassifier(self.config)
         if folder is not None:
             self._load_encoder(folder, freeze_encoder)

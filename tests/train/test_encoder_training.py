@@ -140,6 +140,9 @@ def test_cached_encoder_states_are_computed_once_and_equal_the_full_forward():
     assert len(calls) == 2 and len(cache) == 3  # the second epoch ran no encoder (call 2: ours)
     cache.token_states(model, "val", batch)  # the same rows of another split are other documents
     assert len(cache) == 6
+    for entry in cache.states.values():  # copies: no entry keeps a whole padded batch alive
+        for tensor in entry:
+            assert tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
 
 
 def test_cache_without_a_frozen_encoder_is_refused():
@@ -270,19 +273,37 @@ def test_held_blocks_run_without_dropout_in_a_real_fit(cache):
         vocab_size=MINILM_VOCAB, num_classes=3, encoder="minilm", freeze_blocks=5,
         window_tokens=16, cache_encoder_states=cache,
     )  # fmt: skip
+    model = module.model
+    # Each forward of a held and of the top block: (in a training step?, the block's mode).
     seen = {"held": [], "top": []}
-    for name, block in (("held", module.model.blocks[0]), ("top", module.model.blocks[5])):
-        block.register_forward_hook(lambda m, *a, name=name: seen[name].append(m.training))
+    for name, block in (("held", model.blocks[0]), ("top", model.blocks[5])):
+        block.register_forward_hook(
+            lambda m, *a, name=name: seen[name].append((module.trainer.training, m.training))
+        )
+
+    # With the cache the held blocks never run in a training step (their states are cached,
+    # computed in eval mode), so their mode is read where the step ends.
+    class ModesAtEachStep(pl.Callback):
+        modes = []
+
+        def on_train_batch_end(self, *args):
+            self.modes.append(
+                (model.embed_dropout.training, [block.training for block in model.blocks])
+            )
+
     train = [_batch([list(range(2000, 2040)), [3000, 3001]], [0, 1]), _batch([[4000] * 9], [2])]
     val = [_batch([[5000, 5001, 5002]], [0])]
     trainer = pl.Trainer(
         accelerator="cpu", max_steps=2, num_sanity_val_steps=1, val_check_interval=1,
         logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False,
+        enable_model_summary=False, callbacks=[ModesAtEachStep()],
     )  # fmt: skip
     trainer.fit(module, DataLoader(train, batch_size=None), DataLoader(val, batch_size=None))
-    assert seen["held"] and not any(seen["held"])
-    assert True in seen["top"]
+    assert ModesAtEachStep.modes == [(False, [False] * 5 + [True])] * 2
+    assert seen["held"] and all(not training for _, training in seen["held"])
+    in_steps = [training for step, training in seen["top"] if step]
+    assert len(in_steps) >= 2 and all(in_steps)  # a call per length group in each step
+    assert not any(training for step, training in seen["top"] if not step)  # validation
 
 
 @pytest.mark.fault(
@@ -330,7 +351,11 @@ def test_a_cached_row_with_other_token_ids_is_refused():
         ),
     ],
 )  # fmt: skip
-def test_impossible_frozen_blocks_are_refused(settings, message):
+def test_impossible_frozen_blocks_are_refused(settings, message, monkeypatch):
+    def weights_read(*args):
+        raise AssertionError("the encoder's weights were read before the refusal")
+
+    monkeypatch.setattr("docclass.train.lit_module.encoder_state_dict", weights_read)
     with pytest.raises(ConfigError, match=message):
         DocClassifierModule(**{"vocab_size": MINILM_VOCAB, "num_classes": 3, **settings})
 
