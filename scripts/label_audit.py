@@ -1,6 +1,6 @@
 """Plant label noise in a config's corpus and measure ``docclass audit`` on it:
 ``make label-audit`` (writes reports/label-audit.json / .md; about 20 minutes per noise rate
-and flip seed for the BBC demo config on 2 CPU cores). Finished runs in --runs are reused.
+and flip seed for the BBC from-scratch config on 2 CPU cores). Finished runs in --runs are reused.
 
 Example:
     python -m scripts.label_audit --config configs/bbc.yaml --rates 0.05 0.1 0.2
