@@ -138,8 +138,13 @@ def out_of_sample(audit_dir: Path) -> tuple[list[str], dict[str, np.ndarray]]:
     """An audit's label names and every document's out-of-sample probabilities, by id."""
     plan = json.loads((audit_dir / PLAN).read_text())
     probs = {}
-    for fold in range(len(plan["fold_splits"])):
+    for fold, split in enumerate(plan["fold_splits"]):
         scored = json.loads((audit_dir / "folds" / f"fold-{fold}" / OUT_OF_SAMPLE).read_text())
+        if sorted(scored["ids"]) != sorted(split["test"]):
+            # A fold scored on other documents, or not all of its own, would shrink or mix the
+            # audit without a word.
+            raise ValueError(f"{audit_dir}: fold {fold} scored other documents than its plan's "
+                             "test split; rerun docclass audit there")  # fmt: skip
         for doc_id, row in zip(scored["ids"], scored["probs"], strict=True):
             if doc_id in probs or len(row) != len(plan["label_names"]):
                 raise ValueError(f"{audit_dir}: document {doc_id!r} scored twice or not once "

@@ -42,6 +42,10 @@ args = parser.parse_args()
 logging.basicConfig(level=logging.WARNING)
 datasets.disable_progress_bars()
 if args.ensemble:
+    ignored = [f"--{name}" for name in ("config", "rates", "seeds", "folds", "runs")
+               if getattr(args, name) != parser.get_default(name)]  # fmt: skip
+    if ignored:
+        parser.error(f"--ensemble trains nothing, so {' '.join(ignored)} would be ignored: drop it")
     # Its own default: the planted-noise figures in reports/label-audit stay as they are.
     figures = ensemble_runs([Path(run) for run in args.ensemble])
     table, out = ensemble_markdown(figures), Path(args.out or "reports/label-audit-ensemble")

@@ -254,3 +254,32 @@ def test_an_ensemble_of_runs_folders_needs_the_same_flips_and_two_different_audi
     for twice in ([audit, audit], [audit]):
         with pytest.raises(ValueError, match="two or more different audits"):
             ensemble_by_filter(twice, noisy, {"d03"})
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("drop", "fold 1 scored other documents"),
+        ("twice", "fold 1 scored other documents"),
+        ("classes", "not once per class"),
+    ],
+)
+def test_an_audit_scored_on_other_documents_or_classes_is_refused(tmp_path, damage, message):
+    from benchmarks.label_audit import out_of_sample
+
+    names = ["a", "b", "c"]
+    probs = {f"d{i:02d}": [0.8, 0.1, 0.1] for i in range(10)}
+    audit = tmp_path / "audit"
+    _planted_audit(audit, names, probs, order_seed=0)
+    assert sorted(out_of_sample(audit)[1]) == sorted(probs)
+    path = audit / "folds" / "fold-1" / "out_of_sample.json"
+    scored = json.loads(path.read_text())
+    if damage == "drop":  # an unfinished fold: one of its documents never scored
+        scored = {"ids": scored["ids"][1:], "probs": scored["probs"][1:]}
+    elif damage == "twice":  # a document of fold 0 scored again in fold 1
+        scored = {"ids": ["d00", *scored["ids"][1:]], "probs": scored["probs"]}
+    else:
+        scored["probs"][0] = [0.5, 0.5]
+    path.write_text(json.dumps(scored))
+    with pytest.raises(ValueError, match=message):
+        out_of_sample(audit)
