@@ -26,15 +26,11 @@ from docclass.train.encoder_cache import EncoderStateCache
 
 
 def _check_training_settings(settings: Mapping[str, Any]) -> None:
-    """Refuse settings that cannot train as asked, before any weights are built or read."""
+    """Refuse settings that cannot train as asked, before the encoder is located or read."""
     lr, warmup_fraction = settings["lr"], settings["warmup_fraction"]
     label_smoothing, word_dropout = settings["label_smoothing"], settings["word_dropout"]
     encoder, cache = settings["encoder"], settings["cache_encoder_states"]
-    if settings["freeze_blocks"] and not encoder:
-        raise ConfigError(
-            "model.freeze_blocks holds pre-trained blocks at their weights: it needs "
-            "model.encoder, or set model.freeze_blocks: 0"
-        )
+    _check_freeze_settings(settings)
     frozen_encoder = bool(encoder and (settings["freeze_encoder"] or settings["freeze_blocks"]))
     if lr <= 0:
         raise ConfigError(f"model.lr must be positive, got {lr}")
@@ -72,26 +68,44 @@ def _stage_metrics(num_classes: int) -> torch.nn.ModuleDict:
     )
 
 
-def _check_frozen_blocks(settings: Mapping[str, Any], config: ModelConfig) -> None:
-    """Refuse a freeze_blocks the encoder's shape cannot take, before its weights are read."""
-    freeze_blocks, cache = settings["freeze_blocks"], settings["cache_encoder_states"]
+def _check_freeze_settings(settings: Mapping[str, Any]) -> None:
+    """Refuse a freeze_blocks no encoder could take, before the encoder is even located."""
+    freeze_blocks = settings["freeze_blocks"]
     if not freeze_blocks:
         return
+    if not settings["encoder"]:
+        raise ConfigError(
+            "model.freeze_blocks holds pre-trained blocks at their weights: it needs "
+            "model.encoder, or set model.freeze_blocks: 0"
+        )
+    if freeze_blocks < 0:
+        raise ConfigError(
+            "model.freeze_blocks must be 1 to one less than the encoder's blocks (0: none "
+            f"held), got {freeze_blocks}"
+        )
     if settings["freeze_encoder"]:
         raise ConfigError(
             "model.freeze_blocks and model.freeze_encoder: set one (freeze_encoder holds every "
             "block)"
         )
-    if not 0 < freeze_blocks < config.n_layers:
+    if settings["cache_encoder_states"] and settings["window_tokens"]:
+        if settings["window_overlap"]:
+            raise ConfigError(
+                "model.cache_encoder_states with model.freeze_blocks keeps one state per "
+                "token, but a token in a window overlap has one per window: set "
+                "model.window_overlap: 0"
+            )
+
+
+def _check_frozen_blocks(settings: Mapping[str, Any], config: ModelConfig) -> None:
+    """Refuse more held blocks than the encoder has, read from its config before its weights
+    are loaded."""
+    freeze_blocks = settings["freeze_blocks"]
+    if freeze_blocks and not freeze_blocks < config.n_layers:
         raise ConfigError(
             f"model.freeze_blocks must be 1 to {config.n_layers - 1} for an encoder of "
             f"{config.n_layers} blocks (0: none held), got {freeze_blocks}; "
             "model.freeze_encoder: true holds them all"
-        )
-    if cache and config.window_tokens and config.window_overlap:
-        raise ConfigError(
-            "model.cache_encoder_states with model.freeze_blocks keeps one state per token, "
-            "but a token in a window overlap has one per window: set model.window_overlap: 0"
         )
 
 

@@ -283,3 +283,18 @@ def test_an_audit_scored_on_other_documents_or_classes_is_refused(tmp_path, dama
     path.write_text(json.dumps(scored))
     with pytest.raises(ValueError, match=message):
         out_of_sample(audit)
+
+
+def test_an_ensemble_refuses_the_options_it_would_ignore():
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    done = subprocess.run(
+        [sys.executable, "-m", "scripts.label_audit", "--ensemble", "a", "b", "--rates", "0.1",
+         "--folds", "3"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--rates --folds would be ignored" in done.stderr.strip().splitlines()[-1]
