@@ -57,14 +57,14 @@ class EncoderStateCache:
                 "(streamed); set cache_encoder_states: false"
             )
         lengths = batch["attention_mask"].sum(dim=1).tolist()
-        # Copies: on the CPU a slice is a view, and a stored view would keep the whole padded
-        # batch (shared memory when loaded by workers) alive for every cached document.
-        ids = [batch["input_ids"][i, : lengths[i]].to("cpu", copy=True) for i in range(len(rows))]
+        ids = [batch["input_ids"][i, : lengths[i]].cpu() for i in range(len(rows))]
         missing = [i for i, row in enumerate(rows) if (split, row) not in self.states]
         if missing:
             computed = self._compute(model, [ids[i] for i in missing], batch["input_ids"].device)
             for i, state in zip(missing, computed, strict=True):
-                self.states[(split, rows[i])] = (ids[i], state)
+                # A copy: on the CPU the slice is a view, which would keep the whole padded
+                # batch (shared memory when loaded by workers) alive for every cached document.
+                self.states[(split, rows[i])] = (ids[i].clone(), state)
         width = batch["input_ids"].shape[1]
         found = []
         for i, row in enumerate(rows):

@@ -88,13 +88,12 @@ def _check_freeze_settings(settings: Mapping[str, Any]) -> None:
             "model.freeze_blocks and model.freeze_encoder: set one (freeze_encoder holds every "
             "block)"
         )
-    if settings["cache_encoder_states"] and settings["window_tokens"]:
-        if settings["window_overlap"]:
-            raise ConfigError(
-                "model.cache_encoder_states with model.freeze_blocks keeps one state per "
-                "token, but a token in a window overlap has one per window: set "
-                "model.window_overlap: 0"
-            )
+    windows_overlap = settings["window_tokens"] and settings["window_overlap"]
+    if settings["cache_encoder_states"] and windows_overlap:
+        raise ConfigError(
+            "model.cache_encoder_states with model.freeze_blocks keeps one state per token, but "
+            "a token in a window overlap has one per window: set model.window_overlap: 0"
+        )
 
 
 def _check_frozen_blocks(settings: Mapping[str, Any], config: ModelConfig) -> None:
