@@ -22,8 +22,9 @@ grad_input          yes     gradient of the predicted logit × the token embeddi
                             gradient · input is ~0), attention differentiated
 conservative        yes     conservative propagation (Ali et al. 2022): the predicted logit
                             carried back through every block with attention probabilities,
-                            LayerNorm scales and GELU gates held constant; with what no word
-                            causes, sums to the logit exactly
+                            LayerNorm scales and GELU gates held constant, and LRP-γ (γ = 0.01)
+                            at the blocks' linear layers; with what no word causes, sums to
+                            the logit exactly
 ==================  ======  ==================================================================
 
 With encoder windows (``window_tokens``) every method covers the whole document: the pool
@@ -47,7 +48,7 @@ from docclass.nn.windows import WindowLayout
 # (``"attnlrp"`` in :mod:`docclass.nn.relevance`) measured less faithful than conservative
 # propagation on the BBC MiniLM model under both removals (docs/faithfulness.md); it stays a
 # rule that ``word_relevance`` can apply, not a method the records carry.
-RELEVANCE_METHODS = {"conservative": "cp"}
+RELEVANCE_METHODS = {"conservative": "cp-gamma"}
 
 
 @dataclass
@@ -80,8 +81,9 @@ def scoring_pass(
 
     The first relevance rule's pass also gives the logits, the pool's and every block's
     attention and the token states (a rule changes gradients, never values). Conservative
-    propagation and gradient × input differ only in whether the attention probabilities pass
-    relevance on, so when the first rule is ``cp`` one forward pass serves both (an
+    propagation and gradient × input differ only in their backward passes (whether the attention
+    probabilities pass relevance on, and how the linear layers split it), so when the first rule
+    is ``cp-gamma`` one forward pass serves both (an
     :class:`~docclass.nn.relevance.AttentionValve`, closed for the first backward pass and open
     for the second): explaining BBC's test split through MiniLM took 86 s instead of 92. Any
     further rule takes one more forward and backward pass.
@@ -92,7 +94,7 @@ def scoring_pass(
     # perhaps autocast); gradient × input needs ordinary tensors, autograd and full precision.
     no_autocast = torch.autocast(input_ids.device.type, enabled=False)
     rule = RELEVANCE_METHODS[relevance_methods[0]] if relevance_methods else "gradient"
-    valve = relevance.AttentionValve() if rule == "cp" else None
+    valve = relevance.AttentionValve() if rule == "cp-gamma" else None
     with torch.inference_mode(False), torch.enable_grad(), no_autocast:
         words = model.token_vectors(input_ids).detach()  # (B, T, D)
         vectors = words.clone().requires_grad_(True)

@@ -67,7 +67,8 @@ METHODS: dict[str, MethodInfo] = {
         "conservative propagation",
         True,
         "conservative propagation (LRP): the class logit carried back through every block to "
-        "the words, attention weights and normalisation held fixed, so the words' shares and "
+        "the words, attention weights and normalisation held fixed (and contributions that "
+        "agree with a layer's output weighing a little more, LRP-γ), so the words' shares and "
         "what no word causes add up to the logit. Red pushes towards the class, blue away.",
     ),
     "integrated_gradients": MethodInfo(

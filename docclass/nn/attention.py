@@ -275,12 +275,15 @@ class MultiHeadSelfAttention(nn.Module):
             window the weights are banded, ``[B,H,nb,w,3w]``.
         """
         queries, keys, values = relevance.attention_inputs(
-            *(split_heads(part, self.n_heads) for part in self.qkv(x).chunk(3, dim=-1)),
+            *(
+                split_heads(part, self.n_heads)
+                for part in relevance.linear(x, self.qkv, propagation).chunk(3, dim=-1)
+            ),
             propagation,
         )  # each (B, H, T, Dh)
         attended, weights = self._attend(queries, keys, values, mask, need_weights)
         attended = relevance.attention_output(attended, propagation)
-        return self.out_proj(merge_heads(attended)), weights
+        return relevance.linear(merge_heads(attended), self.out_proj, propagation), weights
 
     def _attend(
         self,

@@ -25,6 +25,17 @@ that gradient × input at the word vectors becomes a *relevance* that is carried
     (``x·Φ(x)`` with ``Φ(x)`` held constant; Achtibat et al. 2024). The network is then affine
     in the word vectors, so the words' relevance plus what no word causes (biases, positions,
     LayerNorm offsets) equals the logit exactly.
+``"cp-gamma"``
+    ``"cp"`` with LRP-γ (Montavon et al. 2019) at every linear layer of the blocks: each
+    output's relevance is split among its inputs by ``z_ij + γ·z_ij⁺`` (for an output below
+    zero, ``z_ij + γ·z_ij⁻``), with ``z_ij = x_i·w_ij``, so contributions that agree with the
+    output's sign weigh a little more; each bias keeps its own share. Still conservative: the
+    words' relevance plus what no word causes (the biases' shares among it) equals the logit.
+    With :data:`GAMMA` = 0.01 its comprehensiveness was 0.008 to 0.009 higher than ``"cp"``'s
+    on 80 BBC validation articles under masking, through the fully fine-tuned MiniLM (0.466
+    against 0.459) and the demo model (0.442 against 0.433); γ = 0.002 to 0.02 all did better
+    than 0, and 0.05 and 0.25 did worse (docs/faithfulness.md). The records' conservative
+    method is this rule.
 ``"attnlrp"``
     AttnLRP (Achtibat et al. 2024, "AttnLRP: Attention-Aware Layer-Wise Relevance Propagation
     for Transformers"), as its reference library ``lxt`` implements it for BERT: LayerNorm and
@@ -32,10 +43,12 @@ that gradient × input at the word vectors becomes a *relevance* that is carried
     each product of two inputs (query·key, probabilities·values) gives each factor half (the
     uniform rule). Nearly conservative: the softmax rule leaves a little relevance in biases.
 
-One forward pass can serve ``"gradient"`` and ``"cp"`` alike: their forward graphs differ only
-in whether the attention probabilities pass relevance on. An :class:`AttentionValve` given as
-the propagation builds ``"gradient"``'s graph with a valve on every block's queries and keys
-and on the pool's probabilities; closed during a backward pass, that pass is ``"cp"``'s.
+One forward pass can serve ``"gradient"`` and ``"cp-gamma"`` alike: their forward values are the
+same, and their backward passes differ only in whether the attention probabilities pass
+relevance on and in how the blocks' linear layers split it. An :class:`AttentionValve` given as
+the propagation builds ``"gradient"``'s graph with a valve on every block's queries and keys,
+on the pool's probabilities and at every linear layer of the blocks; closed during a backward
+pass, that pass is ``"cp-gamma"``'s.
 
 Torch only; :mod:`docclass.nn.model` calls these where a rule applies.
 """
@@ -46,9 +59,17 @@ import math
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-PROPAGATIONS = ("gradient", "cp", "attnlrp")
+PROPAGATIONS = ("gradient", "cp", "cp-gamma", "attnlrp")
+# The rules that hold every attention probability constant (relevance reaches only the values).
+CONSERVATIVE = ("cp", "cp-gamma")
+# LRP-γ's γ at the blocks' linear layers under ``"cp-gamma"``, chosen on BBC's validation split
+# (module docstring).
+GAMMA = 0.01
+# Added to a γ-rule denominator, with its sign, so an output near zero cannot divide by zero.
+STABILISER = 1e-6
 
 
 class _MapGradient(torch.autograd.Function):
@@ -66,7 +87,8 @@ class _MapGradient(torch.autograd.Function):
 
 class AttentionValve:
     """A propagation for two backward passes through one forward: ``"gradient"``'s rule while
-    :attr:`open`, ``"cp"``'s when closed (the attention probabilities then take no relevance).
+    :attr:`open`, ``"cp-gamma"``'s when closed (the attention probabilities then take no
+    relevance, and the blocks' linear layers split it by LRP-γ).
     Read when each backward pass runs, so set it before calling ``torch.autograd.grad``."""
 
     def __init__(self) -> None:
@@ -82,6 +104,63 @@ class AttentionValve:
 # What the model's ``propagation`` argument takes: None (plain gradients), a rule's name, or a
 # valve.
 Propagation = str | AttentionValve | None
+
+
+class _GammaLinear(torch.autograd.Function):
+    """``F.linear(x, weight, bias)``; backward, LRP-γ in gradient form (plain while ``valve``,
+    if one is given, is open).
+
+    Relevance reaches an output as ``g·y``; LRP-γ gives input ``i`` the share ``Σ_j (z_ij +
+    γ·z_ij^±) · g_j·y_j / ẑ_j`` with ``ẑ_j = y_j + γ·Σ_i z_ij^±`` (``±`` the output's sign), so
+    the gradient handed on is ``s·W + γ·(sign-matched parts of s·W)`` with ``s = g·y / ẑ``, and
+    the bias's gradient is ``s`` (its share ``s·b``). The weight gets no gradient under the
+    rule: relevance is carried to the inputs, not to the parameters."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, valve):  # noqa: D102
+        y = F.linear(x, weight, bias)
+        ctx.save_for_backward(x, weight, bias, y)
+        ctx.valve = valve
+        return y
+
+    @staticmethod
+    def backward(ctx, gradient):  # noqa: D102
+        x, weight, bias, y = ctx.saved_tensors
+        wants_x, wants_weight, wants_bias, _ = ctx.needs_input_grad
+        if ctx.valve is not None and ctx.valve.open:
+            weight_gradient = None
+            if wants_weight:
+                weight_gradient = gradient.flatten(0, -2).T @ x.flatten(0, -2)
+            bias_gradient = gradient.flatten(0, -2).sum(0) if wants_bias else None
+            return gradient @ weight, weight_gradient, bias_gradient, None
+        positive_weight, negative_weight = weight.clamp(min=0), weight.clamp(max=0)
+        signed_weights = torch.cat([positive_weight, negative_weight], dim=1)  # (out, 2·in)
+        # Σ_i z_ij⁺ = x⁺·W⁺ + x⁻·W⁻; the negative parts are the rest of x·W.
+        positive = F.linear(torch.cat([x.clamp(min=0), x.clamp(max=0)], dim=-1), signed_weights)
+        negative = (y if bias is None else y - bias) - positive
+        rising = y >= 0
+        denominator = y + GAMMA * torch.where(rising, positive, negative)
+        denominator = denominator + STABILISER * torch.where(denominator >= 0, 1.0, -1.0)
+        share = gradient * y / denominator  # s
+        plain = share @ weight
+        # For an input above zero the sign-matched weights are W⁺ where the output rises and
+        # W⁻ where it falls; below zero, the other way round.
+        matched = torch.cat([share * rising, share * ~rising], dim=-1) @ torch.cat(
+            [positive_weight, negative_weight], dim=0
+        )
+        x_gradient = plain + GAMMA * torch.where(x > 0, matched, 0.0)
+        x_gradient = x_gradient + GAMMA * torch.where(x < 0, plain - matched, 0.0)
+        bias_gradient = share.flatten(0, -2).sum(0) if wants_bias else None
+        return x_gradient if wants_x else None, None, bias_gradient, None
+
+
+def linear(x: torch.Tensor, layer: nn.Linear, propagation: Propagation) -> torch.Tensor:
+    """A block's linear layer under ``propagation``: LRP-γ's backward under ``"cp-gamma"`` and
+    a closed valve, plain otherwise (the same values forward)."""
+    if propagation == "cp-gamma" or isinstance(propagation, AttentionValve):
+        valve = propagation if isinstance(propagation, AttentionValve) else None
+        return _GammaLinear.apply(x, layer.weight, layer.bias, valve)
+    return layer(x)
 
 
 def fixed_scale_norm(x: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
@@ -113,20 +192,21 @@ def norm(x: torch.Tensor, layer: nn.Module, propagation: Propagation) -> torch.T
 
 def feed_forward(x: torch.Tensor, ffn: nn.Sequential, propagation: Propagation) -> torch.Tensor:
     """The block's ``Linear → GELU → Linear``, with the identity rule at the GELU under every
-    rule."""
+    rule (and LRP-γ at the linear layers under ``"cp-gamma"``)."""
     if propagation is not None:
-        return ffn[2](identity_gelu(ffn[0](x)))
+        hidden = identity_gelu(linear(x, ffn[0], propagation))
+        return linear(hidden, ffn[2], propagation)
     return ffn(x)
 
 
 def attention_inputs(
     queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, propagation: Propagation
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Queries, keys and values of an attention under ``propagation``: ``cp`` stops relevance
-    at the probabilities (queries and keys detached); ``attnlrp`` gives query and key a quarter
-    each and the values half (the uniform rule at both products, with the output halved by
-    :func:`attention_output`)."""
-    if propagation == "cp":
+    """Queries, keys and values of an attention under ``propagation``: ``cp`` and ``cp-gamma``
+    stop relevance at the probabilities (queries and keys detached); ``attnlrp`` gives query
+    and key a quarter each and the values half (the uniform rule at both products, with the
+    output halved by :func:`attention_output`)."""
+    if propagation in CONSERVATIVE:
         return queries.detach(), keys.detach(), values
     if isinstance(propagation, AttentionValve):
         return propagation(queries), propagation(keys), values
@@ -141,13 +221,13 @@ def attention_output(attended: torch.Tensor, propagation: Propagation) -> torch.
 
 
 def pool_weights(weights: torch.Tensor, propagation: Propagation) -> torch.Tensor:
-    """The pool's probabilities under ``propagation``: constant for ``cp``. (Under ``attnlrp``
-    they take relevance like any softmax; the pool's query is a weight, not an input, so its
-    score is linear in the keys and needs no split; the product with the values is split by
-    :func:`attention_output`.)"""
+    """The pool's probabilities under ``propagation``: constant for ``cp`` and ``cp-gamma``.
+    (Under ``attnlrp`` they take relevance like any softmax; the pool's query is a weight, not
+    an input, so its score is linear in the keys and needs no split; the product with the
+    values is split by :func:`attention_output`.)"""
     if isinstance(propagation, AttentionValve):
         return propagation(weights)
-    return weights.detach() if propagation == "cp" else weights
+    return weights.detach() if propagation in CONSERVATIVE else weights
 
 
 def check_propagation(propagation: Propagation) -> None:

@@ -19,7 +19,7 @@ from docclass.interpret.explain import (
     explain_documents,
 )
 from docclass.interpret.inputs import encode_documents
-from docclass.interpret.methods import scoring_pass, word_relevance
+from docclass.interpret.methods import RELEVANCE_METHODS, scoring_pass, word_relevance
 from docclass.interpret.records import (
     compact,
     file_record,
@@ -258,7 +258,10 @@ def test_a_contrast_of_two_classes_is_one_class_s_scores_minus_the_other_s(windo
     for record, high, low, contrast in zip(every, toward, against, by_contribution, strict=True):
         difference = np.subtract(record["contributions"][high], record["contributions"][low])
         assert_close(np.array(contrast), difference, atol=1e-5, rtol=1e-4)
-    for method, rule in (("conservative", "cp"), ("grad_input", "gradient")):
+    for method, rule in (
+        ("conservative", RELEVANCE_METHODS["conservative"]),
+        ("grad_input", "gradient"),
+    ):
         contrasts = class_contrast(classifier, texts, toward, against, method, batch_size=2)
         for text, high, low, contrast in zip(texts, toward, against, contrasts, strict=True):
             expected = _relevance_per_word(
@@ -269,7 +272,9 @@ def test_a_contrast_of_two_classes_is_one_class_s_scores_minus_the_other_s(windo
     # The rule the contrast uses is the record's own conservative propagation: the record's
     # scores are the predicted class's relevance under it.
     for text, record in zip(texts, every, strict=True):
-        own = _relevance_per_word(classifier, text, labels.index(record["predicted"]), "cp")
+        own = _relevance_per_word(
+            classifier, text, labels.index(record["predicted"]), RELEVANCE_METHODS["conservative"]
+        )
         assert_close(np.array(record["scores"]["conservative"]), own, atol=1e-5, rtol=1e-3)
 
 

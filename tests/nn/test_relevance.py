@@ -13,8 +13,10 @@ import torch
 from helpers import norms_and_gates_held, padded_batch
 from torch.testing import assert_close
 
-from docclass.interpret.methods import scoring_pass, word_relevance
+from docclass.interpret.methods import RELEVANCE_METHODS, scoring_pass, word_relevance
+from docclass.nn import relevance
 from docclass.nn.model import DocumentClassifier, ModelConfig
+from docclass.nn.relevance import CONSERVATIVE, PROPAGATIONS
 
 LAYOUTS = {
     "pre-LN": dict(positions="learned", max_positions=64),
@@ -46,7 +48,7 @@ def model_of(layout: str, **overrides) -> DocumentClassifier:
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("propagation", ["gradient", "cp", "attnlrp"])
+@pytest.mark.parametrize("propagation", PROPAGATIONS)
 def test_a_rule_changes_gradients_never_values(layout, propagation):
     model = model_of(layout)
     ids, mask = padded_batch([19, 6], vocab=60)
@@ -56,21 +58,23 @@ def test_a_rule_changes_gradients_never_values(layout, propagation):
     assert_close(ruled.token_states, plain.token_states, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("rule", CONSERVATIVE)
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_conservative_relevance_and_what_no_word_causes_add_up_to_the_logit(layout):
+def test_conservative_relevance_and_what_no_word_causes_add_up_to_the_logit(layout, rule):
     """With attention probabilities, LayerNorm scales and GELU gates held constant the network
     is affine in its sources: the word vectors, the position vectors and every additive bias.
-    Gradient × source then splits the logit exactly among them."""
+    Gradient × source then splits the logit exactly among them (under LRP-γ a bias's gradient
+    is its share of its layer's relevance)."""
     model = model_of(layout)
     ids, mask = padded_batch([19, 6], vocab=60)
     target = torch.tensor([2, 0])
-    words = word_relevance(model, ids, mask, target, "cp")
+    words = word_relevance(model, ids, mask, target, rule)
     assert torch.all(words[~mask] == 0)
     for row in range(2):
         model.zero_grad()
         vectors = model.token_vectors(ids[row : row + 1]).detach().requires_grad_(True)
         out = model(ids[row : row + 1], mask[row : row + 1], token_vectors=vectors,
-                    propagation="cp")  # fmt: skip
+                    propagation=rule)  # fmt: skip
         logit = out.logits[0, target[row]]
         logit.backward()
         sources = [p for n, p in model.named_parameters() if n.endswith("bias")]
@@ -93,7 +97,7 @@ def test_one_forward_pass_gives_each_rule_what_a_pass_of_its_own_gives(layout, o
     ids, mask = padded_batch([19, 6, 11], vocab=60)
     scored = scoring_pass(model, ids, mask)
     predicted = scored.predicted
-    conservative = word_relevance(model, ids, mask, predicted, "cp")
+    conservative = word_relevance(model, ids, mask, predicted, RELEVANCE_METHODS["conservative"])
     gradient = word_relevance(model, ids, mask, predicted, "gradient")
     assert_close(scored.relevance["conservative"], conservative, atol=1e-6, rtol=1e-5)
     assert_close(scored.grad_input, gradient, atol=1e-6, rtol=1e-5)
@@ -120,14 +124,48 @@ def test_gradient_times_input_is_autograd_with_every_norm_and_gate_held(layout):
     assert ((plain.grad * plain).sum(-1) - scored).abs().max() > 1e-3  # the hooks matter here
 
 
-def test_without_blocks_conservative_relevance_is_the_exact_class_contribution():
+@pytest.mark.parametrize("rule", CONSERVATIVE)
+def test_without_blocks_conservative_relevance_is_the_exact_class_contribution(rule):
     model = model_of("pre-LN", n_layers=0, positions="none")
     ids, mask = padded_batch([9, 4], vocab=60)
     out = model(ids, mask)
     target = out.logits.argmax(-1)
     contributions = model.token_contributions(out.token_states, out.pool_weights)
     expected = contributions.gather(2, target[:, None, None].expand(-1, 9, 1))[..., 0]
-    assert_close(word_relevance(model, ids, mask, target, "cp"), expected, atol=1e-5, rtol=1e-4)
+    assert_close(word_relevance(model, ids, mask, target, rule), expected, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("gamma", [0.01, 0.5])
+def test_lrp_gamma_at_a_linear_layer_equals_the_rule_written_out(monkeypatch, gamma):
+    """One linear layer under ``cp-gamma``, against LRP-γ written from its definition with every
+    ``z_ij = x_i·w_ij`` spelt out: output j's relevance ``g_j·y_j`` goes to input i in
+    proportion to ``z_ij + γ·z_ij⁺`` (``z_ij⁻`` for an output below zero), the bias keeping
+    ``b_j``'s part. Inputs and outputs of both signs; the open valve gives the plain gradient."""
+    monkeypatch.setattr(relevance, "GAMMA", gamma)
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(6, 5)
+    x = torch.randn(2, 3, 6, requires_grad=True)
+    gradient = torch.randn(2, 3, 5)
+    y = relevance.linear(x, layer, "cp-gamma")
+    ours, bias_gradient = torch.autograd.grad(y, (x, layer.bias), gradient)
+
+    z = x.detach()[..., None, :] * layer.weight.detach()  # (2, 3, out, in)
+    rising = (y.detach() >= 0)[..., None]
+    favoured = torch.where(rising, z.clamp(min=0), z.clamp(max=0))
+    denominator = (z + gamma * favoured).sum(-1) + layer.bias.detach()
+    denominator = denominator + relevance.STABILISER * torch.where(denominator >= 0, 1.0, -1.0)
+    output_relevance = gradient * y.detach()
+    expected = ((z + gamma * favoured) * (output_relevance / denominator)[..., None]).sum(-2)
+    assert_close(ours * x.detach(), expected, atol=1e-5, rtol=1e-4)
+    bias_share = (bias_gradient * layer.bias.detach()).sum()
+    assert float((ours * x.detach()).sum() + bias_share) == pytest.approx(
+        float(output_relevance.sum()), abs=1e-4
+    )
+    plain = gradient @ layer.weight.detach()
+    assert (ours - plain).abs().max() > 1e-3 * gamma  # the rule is not the plain gradient
+    valve = relevance.AttentionValve()
+    (opened,) = torch.autograd.grad(relevance.linear(x, layer, valve), x, gradient)
+    assert_close(opened, plain, atol=1e-6, rtol=1e-5)
 
 
 def test_gradient_times_input_measures_a_word_where_it_enters_the_first_block():

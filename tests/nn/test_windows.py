@@ -145,7 +145,7 @@ def test_window_rows_of_unlike_lengths_run_in_groups_with_the_same_results(monke
 
     def run():
         out = model(ids, mask, need_layer_weights=True)
-        rules = ("cp", "gradient")
+        rules = ("cp", "cp-gamma", "gradient")
         return out, {rule: word_relevance(model, ids, mask, target, rule) for rule in rules}
 
     new_empty = torch.Tensor.new_empty
