@@ -50,11 +50,19 @@ def float32_classifier(classifier):
 
 
 def float32_model(model: DocumentClassifier) -> DocumentClassifier:
-    """The model itself when its weights are float32, else a float32 copy (eval mode).
+    """The model itself when its weights are float32 and it is not compiled; else a float32,
+    uncompiled copy (eval mode).
 
     Word scores and their checks are sums of many small terms (contributions add up to the
-    logit): with bf16 weights (``bf16-true`` training) they would be exact to bf16 only.
+    logit): with bf16 weights (``bf16-true`` training) they would be exact to bf16 only. And a
+    compiled model fixes at tracing time what a propagation rule reads when its backward pass
+    runs (the :class:`~docclass.nn.relevance.AttentionValve`'s state), so its conservative
+    propagation would silently be gradient × input: the after-fit report explains the model
+    ``compile: true`` compiled in place. The uncompiled copy shares its weights.
     """
+    if getattr(model, "_compiled_call_impl", None) is not None:
+        model = copy.copy(model)  # a shallow copy: the same parameters, its own call path
+        model._compiled_call_impl = None
     if all(parameter.dtype == torch.float32 for parameter in model.parameters()):
         return model
     return copy.deepcopy(model).float().eval()

@@ -140,7 +140,7 @@ class _GammaLinear(torch.autograd.Function):
         negative = (y if bias is None else y - bias) - positive
         rising = y >= 0
         denominator = y + GAMMA * torch.where(rising, positive, negative)
-        denominator = denominator + STABILISER * torch.where(denominator >= 0, 1.0, -1.0)
+        denominator = denominator + torch.where(denominator >= 0, STABILISER, -STABILISER)
         share = gradient * y / denominator  # s
         plain = share @ weight
         # For an input above zero the sign-matched weights are W⁺ where the output rises and
@@ -159,7 +159,9 @@ def linear(x: torch.Tensor, layer: nn.Linear, propagation: Propagation) -> torch
     a closed valve, plain otherwise (the same values forward)."""
     if propagation == "cp-gamma" or isinstance(propagation, AttentionValve):
         valve = propagation if isinstance(propagation, AttentionValve) else None
-        return _GammaLinear.apply(x, layer.weight, layer.bias, valve)
+        # Relevance is carried to the inputs (and the biases' shares), never to the weights:
+        # detached, they spare every backward pass a weight gradient no caller reads.
+        return _GammaLinear.apply(x, layer.weight.detach(), layer.bias, valve)
     return layer(x)
 
 

@@ -346,6 +346,29 @@ def test_bf16_weights_are_explained_in_float32():
         assert record["predicted"] == reference["predicted"]
 
 
+def test_a_model_compiled_in_place_is_explained_uncompiled():
+    """``compile: true`` compiles the trained model in place, and the after-fit report explains
+    it. A compiled backward pass fixes the attention valve's state when it is traced, so its
+    conservative propagation came out as gradient × input; explaining runs the model
+    uncompiled (the same weights), and the compiled model stays compiled."""
+    classifier = tiny_classifier(n_layers=2)
+    eager = explain_documents(classifier, DOCUMENTS[:3])
+    classifier.model.compile(backend="aot_eager")  # traces the backward like inductor, quickly
+    compiled = explain_documents(classifier, DOCUMENTS[:3])
+    assert classifier.model._compiled_call_impl is not None
+    for record, reference in zip(compiled, eager, strict=True):
+        for method in ("conservative", "grad_input"):
+            assert_close(
+                np.array(record["scores"][method]), np.array(reference["scores"][method]),
+                atol=1e-6, rtol=1e-5,
+            )  # fmt: skip
+        # The two methods differ here, so one cannot pass for the other.
+        difference = np.subtract(
+            reference["scores"]["conservative"], reference["scores"]["grad_input"]
+        )
+        assert np.abs(difference).max() > 1e-3
+
+
 def test_a_score_that_is_not_finite_is_written_as_json_null(tmp_path):
     record = {"id": 0, "scores": {"contribution": compact([0.5, float("nan"), float("inf")])}}
     write_jsonl([record], tmp_path / "r.jsonl")

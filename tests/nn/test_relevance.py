@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import norms_and_gates_held, padded_batch
+from torch import nn
 from torch.testing import assert_close
 
 from docclass.interpret.methods import RELEVANCE_METHODS, scoring_pass, word_relevance
@@ -124,15 +125,14 @@ def test_gradient_times_input_is_autograd_with_every_norm_and_gate_held(layout):
     assert ((plain.grad * plain).sum(-1) - scored).abs().max() > 1e-3  # the hooks matter here
 
 
-@pytest.mark.parametrize("rule", CONSERVATIVE)
-def test_without_blocks_conservative_relevance_is_the_exact_class_contribution(rule):
+def test_without_blocks_conservative_relevance_is_the_exact_class_contribution():
     model = model_of("pre-LN", n_layers=0, positions="none")
     ids, mask = padded_batch([9, 4], vocab=60)
     out = model(ids, mask)
     target = out.logits.argmax(-1)
     contributions = model.token_contributions(out.token_states, out.pool_weights)
     expected = contributions.gather(2, target[:, None, None].expand(-1, 9, 1))[..., 0]
-    assert_close(word_relevance(model, ids, mask, target, rule), expected, atol=1e-5, rtol=1e-4)
+    assert_close(word_relevance(model, ids, mask, target, "cp"), expected, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("gamma", [0.01, 0.5])
@@ -156,7 +156,10 @@ def test_lrp_gamma_at_a_linear_layer_equals_the_rule_written_out(monkeypatch, ga
     denominator = denominator + relevance.STABILISER * torch.where(denominator >= 0, 1.0, -1.0)
     output_relevance = gradient * y.detach()
     expected = ((z + gamma * favoured) * (output_relevance / denominator)[..., None]).sum(-2)
+    assert rising.any() and not rising.all() and (x > 0).any() and (x < 0).any()  # every case
     assert_close(ours * x.detach(), expected, atol=1e-5, rtol=1e-4)
+    bias_part = (output_relevance / denominator).flatten(0, -2).sum(0)
+    assert_close(bias_gradient, bias_part, atol=1e-5, rtol=1e-4)
     bias_share = (bias_gradient * layer.bias.detach()).sum()
     assert float((ours * x.detach()).sum() + bias_share) == pytest.approx(
         float(output_relevance.sum()), abs=1e-4
@@ -166,6 +169,34 @@ def test_lrp_gamma_at_a_linear_layer_equals_the_rule_written_out(monkeypatch, ga
     valve = relevance.AttentionValve()
     (opened,) = torch.autograd.grad(relevance.linear(x, layer, valve), x, gradient)
     assert_close(opened, plain, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_every_linear_layer_of_the_blocks_takes_the_gamma_rule(monkeypatch, layout):
+    """Through the model, ``cp-gamma`` is ``cp`` with every block's linear layers (queries,
+    keys and values, the attention's output, both feed-forward layers) under LRP-γ: the scores
+    ``cp`` gives with each of those layers replaced by the rule's own function, other than
+    ``cp``'s, and ``cp``'s at γ = 0 (a large γ here, so that the rule's part stands out)."""
+    model = model_of(layout)
+    ids, mask = padded_batch([19, 6], vocab=60)
+    target = torch.tensor([2, 0])
+    plain = word_relevance(model, ids, mask, target, "cp")
+    scale = plain.abs().max().item()
+    monkeypatch.setattr(relevance, "GAMMA", 0.5)
+    ruled = word_relevance(model, ids, mask, target, "cp-gamma")
+    assert (ruled - plain).abs().max() > 0.05 * scale
+    layers = [m for block in model.blocks for m in block.modules() if isinstance(m, nn.Linear)]
+    assert len(layers) == 4 * len(model.blocks)
+    with monkeypatch.context() as patch:
+        for layer in layers:  # cp, each linear layer's own forward replaced by the rule
+            rule = functools.partial(relevance.linear, layer=layer, propagation="cp-gamma")
+            patch.setattr(layer, "forward", rule)
+        patched = word_relevance(model, ids, mask, target, "cp")
+    assert_close(patched, ruled, atol=1e-6 * scale, rtol=1e-5)
+    monkeypatch.setattr(relevance, "GAMMA", 0.0)
+    # Equal but for the stabiliser, which moves a near-zero denominator by 1e-6.
+    unruled = word_relevance(model, ids, mask, target, "cp-gamma")
+    assert_close(unruled, plain, atol=5e-3 * scale, rtol=1e-3)
 
 
 def test_gradient_times_input_measures_a_word_where_it_enters_the_first_block():
