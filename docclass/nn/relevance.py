@@ -29,13 +29,13 @@ that gradient × input at the word vectors becomes a *relevance* that is carried
     ``"cp"`` with LRP-γ (Montavon et al. 2019) at every linear layer of the blocks: each
     output's relevance is split among its inputs by ``z_ij + γ·z_ij⁺`` (for an output below
     zero, ``z_ij + γ·z_ij⁻``), with ``z_ij = x_i·w_ij``, so contributions that agree with the
-    output's sign weigh a little more; each bias keeps its own share. Still conservative: the
-    words' relevance plus what no word causes (the biases' shares among it) equals the logit.
-    With :data:`GAMMA` = 0.01 its comprehensiveness was 0.008 to 0.009 higher than ``"cp"``'s
-    on 80 BBC validation articles under masking, through the fully fine-tuned MiniLM (0.466
-    against 0.459) and the demo model (0.442 against 0.433); γ = 0.002 to 0.02 all did better
-    than 0, and 0.05 and 0.25 did worse (docs/faithfulness.md). The records' conservative
-    method is this rule.
+    output's sign weigh a little more; each bias keeps its own share (it is not boosted by γ).
+    Still conservative: the words' relevance plus what no word causes (the biases' shares
+    among it) equals the logit. With :data:`GAMMA` = 0.01 its comprehensiveness was 0.008 to
+    0.009 higher than ``"cp"``'s on 80 BBC validation articles under masking, through the
+    fully fine-tuned MiniLM (0.466 against 0.459) and the demo model (0.442 against 0.433); on
+    the fully fine-tuned one γ = 0.002 to 0.02 all did better than 0, and larger ones worse
+    (docs/faithfulness.md). The records' conservative method is this rule.
 ``"attnlrp"``
     AttnLRP (Achtibat et al. 2024, "AttnLRP: Attention-Aware Layer-Wise Relevance Propagation
     for Transformers"), as its reference library ``lxt`` implements it for BERT: LayerNorm and
