@@ -30,12 +30,12 @@ COST_ORDER = (
 # report's documents move by about this much between seeds of the random floor.
 TIE = 0.005
 # Conservative propagation was the most faithful method (or tied for it) on every model
-# measured: the demo's from-scratch model (comprehensiveness 0.531 against class contribution's
+# measured: the from-scratch BBC model (comprehensiveness 0.531 against class contribution's
 # 0.497), the whole-document MiniLM (0.445 against 0.210), and the planted keyword through one
 # block and through six (first in 100 % of documents; class contribution 40 % through one
 # block, tied with it without a block). Those figures are LRP-0's at the linear layers; LRP-γ,
 # the rule now, removed 0.008 to 0.009 more on BBC's validation split through both MiniLM
-# models and still finds the planted keyword in every document.
+# models (fully fine-tuned and make demo's) and still finds the planted keyword in every document.
 # docs/faithfulness.md. Class contribution is exact only at the pool, which says little of the
 # words once blocks have mixed them.
 UNMEASURED_DEFAULT = "conservative"

@@ -140,7 +140,8 @@ class _GammaLinear(torch.autograd.Function):
         negative = (y if bias is None else y - bias) - positive
         rising = y >= 0
         denominator = y + GAMMA * torch.where(rising, positive, negative)
-        denominator = denominator + torch.where(denominator >= 0, STABILISER, -STABILISER)
+        stabiliser = torch.where(denominator >= 0, STABILISER, -STABILISER)
+        denominator = denominator + stabiliser.to(denominator.dtype)
         share = gradient * y / denominator  # s
         plain = share @ weight
         # For an input above zero the sign-matched weights are W⁺ where the output rises and

@@ -171,6 +171,14 @@ def test_lrp_gamma_at_a_linear_layer_equals_the_rule_written_out(monkeypatch, ga
     assert_close(opened, plain, atol=1e-6, rtol=1e-5)
 
 
+def test_the_gamma_rule_runs_in_the_layer_s_own_dtype():
+    """A bf16 layer's rule stays in bf16 (a float32 stabiliser made the product fail)."""
+    layer = torch.nn.Linear(6, 5).to(torch.bfloat16)
+    x = torch.randn(2, 3, 6, dtype=torch.bfloat16, requires_grad=True)
+    (gradient,) = torch.autograd.grad(relevance.linear(x, layer, "cp-gamma").sum(), x)
+    assert gradient.dtype == torch.bfloat16 and torch.isfinite(gradient).all()
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_every_linear_layer_of_the_blocks_takes_the_gamma_rule(monkeypatch, layout):
     """Through the model, ``cp-gamma`` is ``cp`` with every block's linear layers (queries,
