@@ -113,8 +113,8 @@ class _GammaLinear(torch.autograd.Function):
     Relevance reaches an output as ``g·y``; LRP-γ gives input ``i`` the share ``Σ_j (z_ij +
     γ·z_ij^±) · g_j·y_j / ẑ_j`` with ``ẑ_j = y_j + γ·Σ_i z_ij^±`` (``±`` the output's sign), so
     the gradient handed on is ``s·W + γ·(sign-matched parts of s·W)`` with ``s = g·y / ẑ``, and
-    the bias's gradient is ``s`` (its share ``s·b``). The weight gets no gradient under the
-    rule: relevance is carried to the inputs, not to the parameters."""
+    the bias's gradient is ``s`` (its share ``s·b``). The weight gets no gradient:
+    :func:`linear` hands it over detached (relevance goes to the inputs, not the parameters)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, valve):  # noqa: D102
@@ -126,13 +126,10 @@ class _GammaLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, gradient):  # noqa: D102
         x, weight, bias, y = ctx.saved_tensors
-        wants_x, wants_weight, wants_bias, _ = ctx.needs_input_grad
+        wants_x, _, wants_bias, _ = ctx.needs_input_grad  # the weight comes detached
         if ctx.valve is not None and ctx.valve.open:
-            weight_gradient = None
-            if wants_weight:
-                weight_gradient = gradient.flatten(0, -2).T @ x.flatten(0, -2)
             bias_gradient = gradient.flatten(0, -2).sum(0) if wants_bias else None
-            return gradient @ weight, weight_gradient, bias_gradient, None
+            return gradient @ weight, None, bias_gradient, None
         positive_weight, negative_weight = weight.clamp(min=0), weight.clamp(max=0)
         signed_weights = torch.cat([positive_weight, negative_weight], dim=1)  # (out, 2·in)
         # Σ_i z_ij⁺ = x⁺·W⁺ + x⁻·W⁻; the negative parts are the rest of x·W.
