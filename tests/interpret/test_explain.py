@@ -95,7 +95,7 @@ def _token_level_reference(classifier: TrainedClassifier, text: str) -> dict[str
     with norms_and_gates_held(model):
         out = model(ids, mask, need_layer_weights=True, token_vectors=tokens)
     predicted = out.logits.argmax().item()
-    out.logits[0, predicted].backward()
+    out.logits.log_softmax(-1)[0, predicted].backward()  # the records explain the log-probability
     length = ids.shape[1]
     flow = torch.eye(length)
     for weights in out.layer_weights:

@@ -69,7 +69,7 @@ def test_conservative_relevance_and_what_no_word_causes_add_up_to_the_logit(layo
     model = model_of(layout)
     ids, mask = padded_batch([19, 6], vocab=60)
     target = torch.tensor([2, 0])
-    words = word_relevance(model, ids, mask, target, rule)
+    words = word_relevance(model, ids, mask, target, rule, quantity="logit")
     assert torch.all(words[~mask] == 0)
     for row in range(2):
         model.zero_grad()
@@ -85,6 +85,47 @@ def test_conservative_relevance_and_what_no_word_causes_add_up_to_the_logit(layo
         assert by_hand == pytest.approx(float(words[row].sum()), abs=1e-5, rel=1e-4)
         assert float(words[row].sum()) + no_word == pytest.approx(logit.item(), abs=1e-4)
         assert abs(no_word) > 0.05  # the biases do cause part of it: the check is not vacuous
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_records_explain_the_log_probability_and_it_adds_up(layout):
+    """The records' gradient methods explain the predicted class's log-probability: its
+    relevance is each class logit's relevance weighted by ``δ_ck - p_k``, and under
+    conservative propagation the words' shares plus what no word causes add up exactly to
+    the class logit minus the probability-weighted mean logit."""
+    model = model_of(layout)
+    ids, mask = padded_batch([19, 6], vocab=60)
+    scored = scoring_pass(model, ids, mask)
+    probabilities = scored.logits.softmax(-1)
+    classes = probabilities.shape[1]
+    weights = torch.eye(classes)[scored.predicted] - probabilities  # [B,C]
+    rule = RELEVANCE_METHODS["conservative"]
+    for method, propagation in (("conservative", rule), ("grad_input", "gradient")):
+        per_class = torch.stack(
+            [
+                word_relevance(model, ids, mask, torch.full((2,), k), propagation, quantity="logit")
+                for k in range(classes)
+            ],
+            dim=-1,
+        )  # [B,T,C]
+        mixed = (per_class * weights[:, None, :]).sum(-1)
+        got = scored.relevance["conservative"] if method == "conservative" else scored.grad_input
+        assert_close(got, mixed, atol=1e-6, rtol=1e-4)
+        # Not the logit's relevance: the rival classes' share is there.
+        own = per_class.gather(2, scored.predicted[:, None, None].expand(-1, 19, 1))[..., 0]
+        assert (got - own).abs().max() > 1e-3
+    for row in range(2):
+        vectors = model.token_vectors(ids[row : row + 1]).detach().requires_grad_(True)
+        model.zero_grad()
+        logits = model(ids[row : row + 1], mask[row : row + 1], token_vectors=vectors,
+                       propagation=rule).logits  # fmt: skip
+        logits.log_softmax(-1)[0, scored.predicted[row]].backward()
+        sources = [p for n, p in model.named_parameters() if n.endswith("bias")]
+        sources.append(model.position_table.weight)
+        no_word = sum(float((p.grad * p).sum().detach()) for p in sources if p.grad is not None)
+        expected = logits[0, scored.predicted[row]] - (probabilities[row] * logits[0]).sum()
+        total = float(scored.relevance["conservative"][row].sum()) + no_word
+        assert total == pytest.approx(float(expected), abs=1e-4)
 
 
 @pytest.mark.parametrize(
@@ -118,7 +159,7 @@ def test_gradient_times_input_is_autograd_with_every_norm_and_gate_held(layout):
         logits = model(ids, mask, token_vectors=vectors).logits
     logits.gather(1, target[:, None]).sum().backward()
     expected = (vectors.grad * vectors).sum(-1) * mask
-    scored = word_relevance(model, ids, mask, target, "gradient")
+    scored = word_relevance(model, ids, mask, target, "gradient", quantity="logit")
     assert_close(scored, expected.detach(), atol=1e-5, rtol=1e-4)
     plain = model.token_vectors(ids).detach().requires_grad_(True)
     model(ids, mask, token_vectors=plain).logits.gather(1, target[:, None]).sum().backward()
@@ -132,7 +173,8 @@ def test_without_blocks_conservative_relevance_is_the_exact_class_contribution()
     target = out.logits.argmax(-1)
     contributions = model.token_contributions(out.token_states, out.pool_weights)
     expected = contributions.gather(2, target[:, None, None].expand(-1, 9, 1))[..., 0]
-    assert_close(word_relevance(model, ids, mask, target, "cp"), expected, atol=1e-5, rtol=1e-4)
+    relevance = word_relevance(model, ids, mask, target, "cp", quantity="logit")
+    assert_close(relevance, expected, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("gamma", [0.01, 0.5])
@@ -229,7 +271,7 @@ def test_gradient_times_input_measures_a_word_where_it_enters_the_first_block():
         logits = model(ids, mask).logits
     handle.remove()
     predicted = int(logits.argmax())
-    logits[0, predicted].backward()
+    logits.log_softmax(-1)[0, predicted].backward()  # the records explain the log-probability
     norm = model.embedding_norm
     sigma = (summed.var(-1, unbiased=False, keepdim=True) + norm.eps).sqrt()
     word_part = norm.weight * (words - words.mean(-1, keepdim=True)) / sigma
