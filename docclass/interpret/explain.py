@@ -278,8 +278,8 @@ def class_contrast(
 
     For class contribution this is ``contribution(toward) − contribution(against)``; for a
     relevance method (gradient × input, conservative propagation) the relevance of the logit
-    difference (which is also the log-probabilities' difference, what the records explain),
-    carried back by the same rule in one pass. An empty document gets ``[]``.
+    difference (which is also the log-probabilities' difference), carried back by the same
+    rule in one pass. An empty document gets ``[]``.
 
     Raises:
         ValueError: ``method`` is not class-specific (:data:`CONTRAST_RULES`), or a class name

@@ -59,19 +59,20 @@ METHODS: dict[str, MethodInfo] = {
     "grad_input": MethodInfo(
         "gradient × input",
         True,
-        "gradient × input: the gradient of the class's log-probability at each word's vector, "
-        "times that vector, with every normalisation's scale and every GELU gate held fixed "
-        "(as gradient × input reads a ReLU network); signed.",
+        "gradient × input: the gradient of the class's lead over its rivals (its logit minus "
+        "theirs, averaged by their raw probabilities) at each word's vector, times that "
+        "vector, with every normalisation's scale and every GELU gate held fixed (as gradient "
+        "× input reads a ReLU network); signed.",
     ),
     "conservative": MethodInfo(
         "conservative propagation",
         True,
-        "conservative propagation (LRP): the class's log-probability carried back through "
-        "every block to the words, attention weights and normalisation held fixed (and "
-        "contributions that agree with a layer's output weighing a little more, LRP-γ), so the "
-        "words' shares and what no word causes add up to the class logit minus the mean "
-        "of all class logits weighted by their probabilities. Red pushes towards the class, "
-        "blue away.",
+        "conservative propagation (LRP): the class's lead over its rivals (its logit minus "
+        "theirs, averaged by their raw probabilities) carried back through every block to "
+        "the words, attention weights and normalisation held fixed (and contributions that "
+        "agree with a layer's output weighing a little more, LRP-γ), so the words' shares and "
+        "what no word causes add up to that lead. Red pushes towards the "
+        "class, blue away.",
     ),
     "integrated_gradients": MethodInfo(
         "integrated gradients",

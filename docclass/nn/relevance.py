@@ -36,7 +36,7 @@ that gradient × input at the word vectors becomes a *relevance* that is carried
     fully fine-tuned MiniLM (0.466 against 0.459) and the demo model (0.442 against 0.433); on
     the fully fine-tuned one γ = 0.002 to 0.02 all did better than 0, and larger ones worse
     (docs/faithfulness.md). The records' conservative method is this rule, started from the
-    predicted class's log-probability (:data:`docclass.interpret.methods.EXPLAINED`).
+    predicted class's lead over its rivals (:data:`docclass.interpret.methods.EXPLAINED`).
 ``"attnlrp"``
     AttnLRP (Achtibat et al. 2024, "AttnLRP: Attention-Aware Layer-Wise Relevance Propagation
     for Transformers"), as its reference library ``lxt`` implements it for BERT: LayerNorm and

@@ -205,8 +205,10 @@ def frozen_norms_and_gates(model: torch.nn.Module, ids, mask) -> list:
 def reference_word_scores(clf, text: str, method: str) -> np.ndarray:
     """Rollout and gradient × input per word, computed without the scoring pass: rollout as
     explicit matrix products, gradient × input by central finite differences, in float64, of
-    the predicted class's log-probability with every LayerNorm's scale and GELU gate fixed at
-    the unperturbed pass's values (the rule holds them constant)."""
+    the predicted class's lead over its rivals (its logit minus theirs averaged by their
+    probabilities renormalised among them) with every LayerNorm's scale and GELU gate, and
+    the rivals' weights, fixed at the unperturbed pass's values (the rule holds them
+    constant)."""
     document = encode_documents(clf.trained.tokenizer, [text], clf.trained.max_tokens)[0]
     ids = torch.tensor([document.token_ids])
     mask = torch.ones_like(ids, dtype=torch.bool)
@@ -221,24 +223,24 @@ def reference_word_scores(clf, text: str, method: str) -> np.ndarray:
                 flow = flow @ (0.5 * weights[0].mean(dim=0) + 0.5 * identity)
             tokens = flow.numpy()
         else:
-            # ∂log p/∂(word vector t) · (word vector t) = d/dε log p(word vector t × (1 + ε)).
+            # ∂lead/∂(word vector t) · (word vector t) = d/dε lead(word vector t × (1 + ε)).
             predicted = int(out.logits.argmax())
+            probabilities = out.logits[0].softmax(-1)
+            rivals = probabilities / (1 - probabilities[predicted])
+            rivals[predicted] = 0.0
             words = model.token_vectors(ids)
             frozen = frozen_norms_and_gates(model, ids, mask)
             assert frozen  # the tiny model has LayerNorms and a GELU: the rule matters here
 
-            def log_probability(token: int, scale: float) -> float:
+            def lead(token: int, scale: float) -> float:
                 vectors = words.clone()
                 vectors[0, token] *= scale
-                logits = model(ids, mask, token_vectors=vectors).logits
-                return float(logits.log_softmax(-1)[0, predicted])
+                logits = model(ids, mask, token_vectors=vectors).logits[0]
+                return float(logits[predicted] - (rivals * logits).sum())
 
             step = 1e-5
             tokens = np.array(
-                [
-                    (log_probability(t, 1 + step) - log_probability(t, 1 - step)) / (2 * step)
-                    for t in range(len(ids[0]))
-                ]
+                [(lead(t, 1 + step) - lead(t, 1 - step)) / (2 * step) for t in range(len(ids[0]))]
             )
             for handle in frozen:
                 handle.remove()

@@ -95,7 +95,12 @@ def _token_level_reference(classifier: TrainedClassifier, text: str) -> dict[str
     with norms_and_gates_held(model):
         out = model(ids, mask, need_layer_weights=True, token_vectors=tokens)
     predicted = out.logits.argmax().item()
-    out.logits.log_softmax(-1)[0, predicted].backward()  # the records explain the log-probability
+    # The records explain the class's lead: its logit minus the rivals' logits averaged by their
+    # probabilities (renormalised among them, held constant).
+    probabilities = out.logits.detach().double().softmax(-1)[0]
+    rivals = probabilities / (1 - probabilities[predicted])
+    rivals[predicted] = 0.0
+    (out.logits[0, predicted] - (rivals * out.logits[0]).sum()).backward()
     length = ids.shape[1]
     flow = torch.eye(length)
     for weights in out.layer_weights:
@@ -238,11 +243,12 @@ def test_a_contrast_record_keeps_few_classes_and_the_mean_over_all():
         assert whole["contribution_mean"] == pytest.approx(mean, abs=1e-6)
 
 
-def _relevance_per_word(classifier, text, target, rule):
+def _relevance_per_word(classifier, text, target, rule, quantity="lead"):
     (document,) = encode_documents(classifier.tokenizer, [text], classifier.max_tokens)
     ids = torch.tensor([document.token_ids])
     mask = torch.ones_like(ids)
-    scores = word_relevance(classifier.model, ids, mask, torch.tensor([target]), rule)[0]
+    target = torch.tensor([target])
+    scores = word_relevance(classifier.model, ids, mask, target, rule, quantity=quantity)[0]
     n_words = len(document.alignment.word_spans)
     return np.bincount(document.token_words, scores.double().numpy(), minlength=n_words)
 
@@ -265,12 +271,12 @@ def test_a_contrast_of_two_classes_is_one_class_s_scores_minus_the_other_s(windo
         contrasts = class_contrast(classifier, texts, toward, against, method, batch_size=2)
         for text, high, low, contrast in zip(texts, toward, against, contrasts, strict=True):
             expected = _relevance_per_word(
-                classifier, text, labels.index(high), rule
-            ) - _relevance_per_word(classifier, text, labels.index(low), rule)
+                classifier, text, labels.index(high), rule, "logit"
+            ) - _relevance_per_word(classifier, text, labels.index(low), rule, "logit")
             assert np.abs(expected).max() > 1e-4  # the two classes do differ
             assert_close(np.array(contrast), expected, atol=1e-5, rtol=1e-3)
     # The rule the contrast uses is the record's own conservative propagation: the record's
-    # scores are the predicted class's relevance under it.
+    # scores are the predicted class's relevance under it (for its lead over its rivals).
     for text, record in zip(texts, every, strict=True):
         own = _relevance_per_word(
             classifier, text, labels.index(record["predicted"]), RELEVANCE_METHODS["conservative"]

@@ -2,6 +2,7 @@
 to the logit, gradient × input measured where a word enters the first block, and the rules
 checked against their reference library, lxt, on the real MiniLM weights."""
 
+import copy
 import functools
 import importlib.util
 import sys
@@ -87,18 +88,27 @@ def test_conservative_relevance_and_what_no_word_causes_add_up_to_the_logit(layo
         assert abs(no_word) > 0.05  # the biases do cause part of it: the check is not vacuous
 
 
+def rivals_weights(logits: torch.Tensor, predicted: torch.Tensor) -> torch.Tensor:
+    """``[B,C]``: 1 at the predicted class, minus the rivals' probabilities renormalised among
+    themselves elsewhere (float64, written out)."""
+    probabilities = logits.double().softmax(-1)
+    own = probabilities.gather(1, predicted[:, None])
+    weights = -probabilities / (1 - own)
+    return weights.scatter(1, predicted[:, None], 1.0)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_the_records_explain_the_log_probability_and_it_adds_up(layout):
-    """The records' gradient methods explain the predicted class's log-probability: its
-    relevance is each class logit's relevance weighted by ``δ_ck - p_k``, and under
-    conservative propagation the words' shares plus what no word causes add up exactly to
-    the class logit minus the probability-weighted mean logit."""
+def test_the_records_explain_the_class_s_lead_over_its_rivals_and_it_adds_up(layout):
+    """The records' gradient methods explain the predicted class's lead over its rivals: its
+    relevance is each class logit's relevance weighted by 1 for the class and minus the
+    rivals' renormalised probabilities; it is the log-probability's relevance divided by
+    ``1 - p`` (the same ranking of words); and under conservative propagation the words'
+    shares plus what no word causes add up to the lead exactly."""
     model = model_of(layout)
     ids, mask = padded_batch([19, 6], vocab=60)
     scored = scoring_pass(model, ids, mask)
-    probabilities = scored.logits.softmax(-1)
-    classes = probabilities.shape[1]
-    weights = torch.eye(classes)[scored.predicted] - probabilities  # [B,C]
+    weights = rivals_weights(scored.logits, scored.predicted)
+    classes = weights.shape[1]
     rule = RELEVANCE_METHODS["conservative"]
     for method, propagation in (("conservative", rule), ("grad_input", "gradient")):
         per_class = torch.stack(
@@ -107,25 +117,54 @@ def test_the_records_explain_the_log_probability_and_it_adds_up(layout):
                 for k in range(classes)
             ],
             dim=-1,
-        )  # [B,T,C]
-        mixed = (per_class * weights[:, None, :]).sum(-1)
+        ).double()  # [B,T,C]
         got = scored.relevance["conservative"] if method == "conservative" else scored.grad_input
-        assert_close(got, mixed, atol=1e-6, rtol=1e-4)
-        # Not the logit's relevance: the rival classes' share is there.
+        assert_close(got.double(), (per_class * weights[:, None, :]).sum(-1), atol=1e-6, rtol=1e-4)
+        # Not the logit's relevance: the rivals' part is there.
         own = per_class.gather(2, scored.predicted[:, None, None].expand(-1, 19, 1))[..., 0]
         assert (got - own).abs().max() > 1e-3
+        vectors = model.token_vectors(ids).detach().requires_grad_(True)
+        logits = model(ids, mask, token_vectors=vectors, propagation=propagation).logits
+        logits.log_softmax(-1).gather(1, scored.predicted[:, None]).sum().backward()
+        by_log_probability = ((vectors.grad * vectors).sum(-1) * mask).detach().double()
+        rivals_total = 1 - scored.logits.double().softmax(-1).gather(1, scored.predicted[:, None])
+        assert_close(got.double() * rivals_total, by_log_probability, atol=1e-7, rtol=1e-4)
     for row in range(2):
         vectors = model.token_vectors(ids[row : row + 1]).detach().requires_grad_(True)
         model.zero_grad()
         logits = model(ids[row : row + 1], mask[row : row + 1], token_vectors=vectors,
                        propagation=rule).logits  # fmt: skip
-        logits.log_softmax(-1)[0, scored.predicted[row]].backward()
+        lead = (logits[0].double() * weights[row]).sum()
+        lead.backward()
         sources = [p for n, p in model.named_parameters() if n.endswith("bias")]
         sources.append(model.position_table.weight)
         no_word = sum(float((p.grad * p).sum().detach()) for p in sources if p.grad is not None)
-        expected = logits[0, scored.predicted[row]] - (probabilities[row] * logits[0]).sum()
-        total = float(scored.relevance["conservative"][row].sum()) + no_word
-        assert total == pytest.approx(float(expected), abs=1e-4)
+        words = float(scored.relevance["conservative"][row].sum())
+        assert words + no_word == pytest.approx(float(lead.detach()), abs=1e-4)
+        # Neither part is negligible, and the lead is not the logit.
+        assert abs(words) > 1e-3 and abs(no_word) > 1e-3
+        logit = float(logits[0, scored.predicted[row]].detach())
+        assert abs(float(lead.detach()) - logit) > 1e-2
+
+
+def test_a_sure_prediction_keeps_its_scores_in_float32():
+    """A class far ahead of its rivals (float32 rounds its probability to 1) still gets the
+    scores float64 gives it: the log-probability's gradient would vanish there."""
+    model = model_of("post-LN")
+    with torch.no_grad():
+        model.head.weight.mul_(400.0)
+    ids, mask = padded_batch([19, 6], vocab=60)
+    scored = scoring_pass(model, ids, mask)
+    top2 = scored.logits.topk(2, dim=-1).values
+    assert float((top2[:, 0] - top2[:, 1]).min()) > 20  # p rounds to 1 in float32
+    reference = scoring_pass(copy.deepcopy(model).double(), ids, mask)
+    for got, expected in (
+        (scored.relevance["conservative"], reference.relevance["conservative"]),
+        (scored.grad_input, reference.grad_input),
+    ):
+        scale = float(expected.abs().max())
+        assert scale > 1e-2
+        assert_close(got.double(), expected, atol=1e-4 * scale, rtol=1e-3)
 
 
 @pytest.mark.parametrize(
@@ -271,7 +310,10 @@ def test_gradient_times_input_measures_a_word_where_it_enters_the_first_block():
         logits = model(ids, mask).logits
     handle.remove()
     predicted = int(logits.argmax())
-    logits.log_softmax(-1)[0, predicted].backward()  # the records explain the log-probability
+    # The records explain the class's lead over its rivals.
+    (
+        logits[0].double() * rivals_weights(logits.detach(), torch.tensor([predicted]))[0]
+    ).sum().backward()
     norm = model.embedding_norm
     sigma = (summed.var(-1, unbiased=False, keepdim=True) + norm.eps).sqrt()
     word_part = norm.weight * (words - words.mean(-1, keepdim=True)) / sigma
