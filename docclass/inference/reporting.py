@@ -38,6 +38,7 @@ from docclass.inference.model_facts import model_calibration, run_calibration, r
 from docclass.interpret.default_method import default_method
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.inputs import float32_classifier
+from docclass.interpret.methods import SCORE_RULES
 from docclass.interpret.records import HEAD_PREFIX, file_record, method_label, write_jsonl
 from docclass.metrics import classification_scores
 from docclass.report.figures import removal_curves_figure, save_png
@@ -395,6 +396,7 @@ def make_report(
         checks=checks,
         weights=classifier.fingerprint,
         calibration=calibration,
+        scores=SCORE_RULES,
     )
     stages = _stage_seconds(started, explained, measured, checked, time.perf_counter())
     log.info("report: %d documents, %s → %s", len(records), stages, index)
@@ -626,6 +628,7 @@ def faithfulness_command(
     figures = {
         "checkpoint": str(ckpt),
         "weights": classifier.fingerprint,  # whose figures these are (model_facts reads it)
+        "scores": SCORE_RULES,  # and which rules made the relevance methods' scores
         "data": documents.description,
         **figures,
     }
@@ -636,10 +639,18 @@ def faithfulness_command(
     save_png(removal_curves_figure(tables, FRACTIONS), folder / "faithfulness.png")
     meta = folder / REPORT_META
     if meta.is_file() and (folder / EXPLANATIONS).is_file():
-        if json.loads(meta.read_text(encoding="utf-8")).get("weights") == classifier.fingerprint:
-            figures["report"] = str(rewrite_report(folder))
-        else:
+        written = json.loads(meta.read_text(encoding="utf-8"))
+        if written.get("weights") != classifier.fingerprint:
             log.warning("%s: the report there explains other weights; not rendered again", meta)
+        elif written.get("scores") != SCORE_RULES:
+            log.warning(
+                "%s: the report there was explained under other rules (%s); not rendered again: "
+                "make it again with 'docclass report' to see these figures in it",
+                meta,
+                written.get("scores") or "older ones",
+            )
+        else:
+            figures["report"] = str(rewrite_report(folder))
     elif (folder / "explanations.jsonl").is_file():
         log.warning(
             "%s: an older report (plain explanations.jsonl) is not rendered again; make it "

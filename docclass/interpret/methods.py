@@ -69,6 +69,13 @@ QUANTITIES = ("lead", "logit")
 # against 0.278, beating random on 97.5 % of articles against 95 % on the latter
 # (docs/faithfulness.md).
 EXPLAINED = "lead"
+# What the relevance methods' scores are, written beside every report and faithfulness table:
+# a report explained under other rules (these changed while the weights stayed the same) is
+# not rendered again with this code's figures and method descriptions.
+SCORE_RULES = (
+    f"conservative: {RELEVANCE_METHODS['conservative']} (gamma {relevance.GAMMA}); "
+    f"conservative and grad_input explain the predicted class's {EXPLAINED}"
+)
 
 
 @dataclass
@@ -177,7 +184,8 @@ def explained_quantity(logits: torch.Tensor, target: torch.Tensor, quantity: str
     # A softmax over the rivals alone: exact however far the class leads (1 − p computed as
     # 1 − softmax would round to 0 in float32).
     rivals = logits.detach().scatter(1, target[:, None], float("-inf")).softmax(dim=-1)
-    return own - (rivals * logits).sum(dim=-1)
+    # A rival of weight 0 adds nothing (``0·logit``, which a logit of -inf would make NaN).
+    return own - torch.where(rivals > 0, rivals * logits, 0.0).sum(dim=-1)
 
 
 def word_relevance(
@@ -188,12 +196,12 @@ def word_relevance(
     propagation: str,
     positions: torch.Tensor | None = None,
     against: torch.Tensor | None = None,
-    quantity: str = EXPLAINED,
+    quantity: str | None = None,
 ) -> torch.Tensor:
     """``[B,T]``: each token's relevance for class ``target [B]`` under a rule of
     :mod:`docclass.nn.relevance` (gradient × input at the word vectors, positions excluded),
-    explaining its lead over its rivals (the records' quantity, :data:`EXPLAINED`) or its
-    logit (``quantity``).
+    explaining its lead over its rivals (the records' quantity, :data:`EXPLAINED`, read when
+    called, as :func:`scoring_pass` reads it) or its logit (``quantity``).
 
     With ``against [B]``, the relevance for ``target``'s logit minus ``against``'s (the same as
     their log-probabilities' difference), whatever ``quantity``: why one class rather than the
@@ -201,6 +209,7 @@ def word_relevance(
     holds its scales and gates constant, so its backward pass is linear in what it starts
     from, and this equals the relevance for ``target`` minus that for ``against``, in one
     pass."""
+    quantity = quantity or EXPLAINED
     if quantity not in QUANTITIES:
         raise ValueError(f"quantity must be one of {QUANTITIES}, got {quantity!r}")
     with torch.inference_mode(False), torch.enable_grad():

@@ -370,6 +370,7 @@ def write_report(
     checks: dict[str, Any] | None = None,
     weights: str | None = None,
     calibration: dict[str, Any] | None = None,
+    scores: str | None = None,
 ) -> Path:
     """Write ``index.html`` and ``<documents_dir>/doc-NNNNN.html`` for every record.
 
@@ -395,6 +396,8 @@ def write_report(
             table is only ever read for those weights.
         calibration: the temperature these weights' probabilities are divided by and its
             scores before and after (``calibration.json``); None when uncalibrated.
+        scores: what the records' relevance scores are (the rules and the explained quantity,
+            :data:`docclass.interpret.methods.SCORE_RULES`), kept in ``report.json``.
 
     Returns:
         The path of ``index.html``.
@@ -410,14 +413,14 @@ def write_report(
     hrefs = write_document_pages(records, out_dir, documents_dir, shown_first, common)
     context = dict(title=title, subtitle=subtitle, population=population, run_dir=run_dir)
     context.update(faithfulness=faithfulness, checks=checks or {}, weights=weights, common=common)
-    context["calibration"] = calibration
+    context.update(calibration=calibration, scores=scores)
     index = _index_page(environment, records, label_names, hrefs, documents_dir, out_dir, context)
     (out_dir / "index.html").write_text(index, encoding="utf-8")
     # What rewrite_report needs to render the same report again from its records.
     meta = dict(title=title, subtitle=subtitle, label_names=label_names, run_dir=run_dir)
     meta.update(run_dir=str(run_dir) if run_dir else None, documents_dir=documents_dir)
     meta.update(faithfulness=faithfulness, population=population, checks=checks, weights=weights)
-    meta["calibration"] = calibration
+    meta.update(calibration=calibration, scores=scores)
     (out_dir / REPORT_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return out_dir / "index.html"
 
@@ -500,7 +503,7 @@ def _index_page(
         confusion_cells=cells,
         label_names=label_names,
         rows=_index_rows(records, documents_dir),
-        trust=_trust_section(faithfulness, out_dir, context["weights"]),
+        trust=_trust_section(faithfulness, out_dir, context["weights"], context["scores"]),
         shown_first=shown_first,
         checks=_checks_section(context["checks"], records),
         method_labels={key: METHODS[key].label for key in METHODS},
@@ -746,15 +749,21 @@ def _ratio(value: float, floor: float) -> str:
 
 
 def _trust_section(
-    faithfulness: dict[str, Any] | None, out_dir: Path, weights: str | None = None
+    faithfulness: dict[str, Any] | None,
+    out_dir: Path,
+    weights: str | None = None,
+    scores: str | None = None,
 ) -> dict[str, Any] | None:
     """The index's faithfulness figures: the records' own (mask removal, every document) and,
-    when ``docclass faithfulness`` wrote into this folder for the same weights, its checks."""
+    when ``docclass faithfulness`` wrote into this folder for the same weights and score
+    rules, its checks."""
     table = (faithfulness or {}).get("methods")
     path = out_dir / FAITHFULNESS_FILE
     extra = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
     if extra and weights and extra.get("weights") != weights:
         extra = None  # measured on another checkpoint: not this report's model
+    if extra and scores and extra.get("scores") != scores:
+        extra = None  # measured on scores made by other rules than the records' own
     if not table and not extra:
         return None
     section: dict[str, Any] = {"rows": [], "documents": 0, "extra": None}
@@ -796,6 +805,7 @@ def _extra_rows(figures: dict[str, Any]) -> dict[str, Any]:
                 )
             )
         extra["removal"].append({"removal": REMOVAL_LABELS[removal], "rows": rows})
+    extra["sample"] = None  # the pages test it: a table measured without a sample has none
     sample = figures.get("sample")
     if sample:
         rank = sample.get("kendall_tau_vs_leave_one_out", {})

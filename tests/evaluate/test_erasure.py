@@ -254,6 +254,37 @@ def test_faithfulness_of_other_weights_leaves_the_report_in_the_folder_alone(fit
     assert "sanity-table" not in (out / "index.html").read_text(encoding="utf-8")
 
 
+def test_faithfulness_leaves_a_report_explained_under_other_rules_alone(fitted, tmp_path):
+    """The same weights explained under other relevance rules (the rules changed, the
+    checkpoint did not): the report's pages would describe and measure scores its records do
+    not hold, so the folder's report is not rendered again; the table names its rules."""
+    import json
+
+    from docclass.cli import main
+    from docclass.interpret.methods import SCORE_RULES
+    from docclass.report.html import REPORT_META
+
+    out = tmp_path / "report"
+    ckpt, data = str(fitted / "checkpoints" / "last.ckpt"), str(CONFIGS / "tiny.yaml")
+    main(["report", "--ckpt", ckpt, "--data", data, "--out", str(out), "--limit", "3"])
+    meta = json.loads((out / REPORT_META).read_text(encoding="utf-8"))
+    assert meta["scores"] == SCORE_RULES
+    meta["scores"] = "conservative: cp; conservative and grad_input explain the logit"
+    (out / REPORT_META).write_text(json.dumps(meta), encoding="utf-8")
+    faithfulness = ["faithfulness", "--ckpt", ckpt, "--data", data, "--out", str(out),
+                    "--limit", "3", "--sample", "0", "--removals", "[delete]",
+                    "--permutations", "2"]  # fmt: skip
+    written = (out / "index.html").stat().st_mtime_ns
+    main(faithfulness)
+    assert (out / "index.html").stat().st_mtime_ns == written  # not rendered again
+    assert json.loads((out / "faithfulness.json").read_text())["scores"] == SCORE_RULES
+    assert "Words removed by deletion" not in (out / "index.html").read_text(encoding="utf-8")
+    meta["scores"] = SCORE_RULES  # the same rules: rendered again with the figures
+    (out / REPORT_META).write_text(json.dumps(meta), encoding="utf-8")
+    main(faithfulness)
+    assert "Words removed by deletion" in (out / "index.html").read_text(encoding="utf-8")
+
+
 def test_the_counterfactual_search_reads_the_faithfulness_copies(planted):
     """As the report runs them: the counterfactual search given the faithfulness measure's
     copies runs fewer new ones, counts the faithfulness counts as tried, and its answer holds
