@@ -369,8 +369,7 @@ def make_report(
         subtitle = f"{subtitle} · {population['selection']}"
     records = explain_documents(classifier, texts, ids, labels, batch_size, classes, device=device)
     explained = time.perf_counter()
-    # The faithfulness copies, kept for the counterfactual search: those without the default
-    # method's top ceil(f·n) words (f = 1, 5, 10, 20 %) under its limit replace its doubling.
+    # Faithfulness's copies without the default method's top words spare the counterfactuals'.
     copies: dict[int, Copies] | None = {} if counterfactuals else None
     summary = None
     if faithfulness:
