@@ -103,12 +103,15 @@ def report_table(report_dir: Path, fingerprint: str) -> dict[str, Any] | None:
 def faithfulness_tables(report_dir: Path, fingerprint: str) -> dict[str, dict[str, Any]]:
     """Every table measured on these weights, by name: the report's own (the one the pages
     and the API choose the default method from) and each removal ``docclass faithfulness``
-    measured there."""
+    measured there under the report's own score rules."""
     tables: dict[str, dict[str, Any]] = {}
     own = report_table(report_dir, fingerprint)
     if own:
         tables[REPORT_TABLE] = own
     measured = measured_on(read_json(report_dir / "faithfulness.json"), fingerprint) or {}
+    written = read_json(report_dir / "report.json") or {}
+    if measured and written and measured.get("scores") != written.get("scores"):
+        measured = {}  # scores made by other rules than the report's: not one model's figures
     for removal, result in (measured.get("removal") or {}).items():
         tables[removal] = {"documents": measured.get("documents"), "methods": result["aopc"]}
     return tables

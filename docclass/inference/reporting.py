@@ -38,7 +38,7 @@ from docclass.inference.model_facts import model_calibration, run_calibration, r
 from docclass.interpret.default_method import default_method
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.inputs import float32_classifier
-from docclass.interpret.methods import SCORE_RULES
+from docclass.interpret.methods import score_rules
 from docclass.interpret.records import HEAD_PREFIX, file_record, method_label, write_jsonl
 from docclass.metrics import classification_scores
 from docclass.report.figures import removal_curves_figure, save_png
@@ -395,7 +395,7 @@ def make_report(
         checks=checks,
         weights=classifier.fingerprint,
         calibration=calibration,
-        scores=SCORE_RULES,
+        scores=score_rules(),
     )
     stages = _stage_seconds(started, explained, measured, checked, time.perf_counter())
     log.info("report: %d documents, %s → %s", len(records), stages, index)
@@ -597,7 +597,8 @@ def faithfulness_command(
     """ERASER comprehensiveness and sufficiency (AOPC over 1-50 % of the words) of every
     word-score method beside a random ranking, permuted-pool and randomised-weight sanity
     checks, and on a sample integrated gradients and rank agreement with leave-one-word-out;
-    writes faithfulness.json and .png (and renders again a report found in --out).
+    writes faithfulness.json and .png (and renders again a report found in --out, when it
+    explains the same weights under the same rules).
 
     Args:
         ckpt: checkpoint written by 'docclass fit', a folder written by 'docclass export', or
@@ -627,7 +628,7 @@ def faithfulness_command(
     figures = {
         "checkpoint": str(ckpt),
         "weights": classifier.fingerprint,  # whose figures these are (model_facts reads it)
-        "scores": SCORE_RULES,  # and which rules made the relevance methods' scores
+        "scores": score_rules(),  # and which rules made the relevance methods' scores
         "data": documents.description,
         **figures,
     }
@@ -641,10 +642,10 @@ def faithfulness_command(
         written = json.loads(meta.read_text(encoding="utf-8"))
         if written.get("weights") != classifier.fingerprint:
             log.warning("%s: the report there explains other weights; not rendered again", meta)
-        elif written.get("scores") != SCORE_RULES:
+        elif written.get("scores") != score_rules():
             log.warning(
                 "%s: the report there was explained under other rules (%s); not rendered again: "
-                "make it again with 'docclass report' to see these figures in it",
+                "make it again with 'docclass report', then measure again into it",
                 meta,
                 written.get("scores") or "older ones",
             )

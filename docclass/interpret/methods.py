@@ -69,13 +69,18 @@ QUANTITIES = ("lead", "logit")
 # against 0.278, beating random on 97.5 % of articles against 95 % on the latter
 # (docs/faithfulness.md).
 EXPLAINED = "lead"
-# What the relevance methods' scores are, written beside every report and faithfulness table:
-# a report explained under other rules (these changed while the weights stayed the same) is
-# not rendered again with this code's figures and method descriptions.
-SCORE_RULES = (
-    f"conservative: {RELEVANCE_METHODS['conservative']} (gamma {relevance.GAMMA}); "
-    f"conservative and grad_input explain the predicted class's {EXPLAINED}"
-)
+
+
+def score_rules() -> str:
+    """What the relevance methods' scores are (read when called, as the methods read them),
+    written beside every report and faithfulness table: a report explained under other rules
+    (these changed while the weights stayed the same) is not rendered again with this code's
+    figures and method descriptions, nor its table mixed with theirs. Changing any rule's
+    backward pass should change this string."""
+    return (
+        f"conservative: {RELEVANCE_METHODS['conservative']} (gamma {relevance.GAMMA}); "
+        f"conservative and grad_input explain the predicted class's {EXPLAINED}"
+    )
 
 
 @dataclass
@@ -184,7 +189,7 @@ def explained_quantity(logits: torch.Tensor, target: torch.Tensor, quantity: str
     # A softmax over the rivals alone: exact however far the class leads (1 − p computed as
     # 1 − softmax would round to 0 in float32).
     rivals = logits.detach().scatter(1, target[:, None], float("-inf")).softmax(dim=-1)
-    # A rival of weight 0 adds nothing (``0·logit``, which a logit of -inf would make NaN).
+    # A rival logit of -inf gets weight 0 and adds nothing (rather than 0·-inf = NaN).
     return own - torch.where(rivals > 0, rivals * logits, 0.0).sum(dim=-1)
 
 
@@ -200,8 +205,9 @@ def word_relevance(
 ) -> torch.Tensor:
     """``[B,T]``: each token's relevance for class ``target [B]`` under a rule of
     :mod:`docclass.nn.relevance` (gradient × input at the word vectors, positions excluded),
-    explaining its lead over its rivals (the records' quantity, :data:`EXPLAINED`, read when
-    called, as :func:`scoring_pass` reads it) or its logit (``quantity``).
+    explaining what ``quantity`` names: by default the records' quantity, :data:`EXPLAINED`
+    (read when called, as :func:`scoring_pass` reads it; its lead over its rivals), or its
+    logit.
 
     With ``against [B]``, the relevance for ``target``'s logit minus ``against``'s (the same as
     their log-probabilities' difference), whatever ``quantity``: why one class rather than the
@@ -209,7 +215,7 @@ def word_relevance(
     holds its scales and gates constant, so its backward pass is linear in what it starts
     from, and this equals the relevance for ``target`` minus that for ``against``, in one
     pass."""
-    quantity = quantity or EXPLAINED
+    quantity = EXPLAINED if quantity is None else quantity
     if quantity not in QUANTITIES:
         raise ValueError(f"quantity must be one of {QUANTITIES}, got {quantity!r}")
     with torch.inference_mode(False), torch.enable_grad():

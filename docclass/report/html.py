@@ -397,7 +397,7 @@ def write_report(
         calibration: the temperature these weights' probabilities are divided by and its
             scores before and after (``calibration.json``); None when uncalibrated.
         scores: what the records' relevance scores are (the rules and the explained quantity,
-            :data:`docclass.interpret.methods.SCORE_RULES`), kept in ``report.json``.
+            :func:`docclass.interpret.methods.score_rules`), kept in ``report.json``.
 
     Returns:
         The path of ``index.html``.

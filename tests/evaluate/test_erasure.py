@@ -261,14 +261,14 @@ def test_faithfulness_leaves_a_report_explained_under_other_rules_alone(fitted, 
     import json
 
     from docclass.cli import main
-    from docclass.interpret.methods import SCORE_RULES
+    from docclass.interpret.methods import score_rules
     from docclass.report.html import REPORT_META
 
     out = tmp_path / "report"
     ckpt, data = str(fitted / "checkpoints" / "last.ckpt"), str(CONFIGS / "tiny.yaml")
     main(["report", "--ckpt", ckpt, "--data", data, "--out", str(out), "--limit", "3"])
     meta = json.loads((out / REPORT_META).read_text(encoding="utf-8"))
-    assert meta["scores"] == SCORE_RULES
+    assert meta["scores"] == score_rules()
     meta["scores"] = "conservative: cp; conservative and grad_input explain the logit"
     (out / REPORT_META).write_text(json.dumps(meta), encoding="utf-8")
     faithfulness = ["faithfulness", "--ckpt", ckpt, "--data", data, "--out", str(out),
@@ -277,9 +277,9 @@ def test_faithfulness_leaves_a_report_explained_under_other_rules_alone(fitted, 
     written = (out / "index.html").stat().st_mtime_ns
     main(faithfulness)
     assert (out / "index.html").stat().st_mtime_ns == written  # not rendered again
-    assert json.loads((out / "faithfulness.json").read_text())["scores"] == SCORE_RULES
+    assert json.loads((out / "faithfulness.json").read_text())["scores"] == score_rules()
     assert "Words removed by deletion" not in (out / "index.html").read_text(encoding="utf-8")
-    meta["scores"] = SCORE_RULES  # the same rules: rendered again with the figures
+    meta["scores"] = score_rules()  # the same rules: rendered again with the figures
     (out / REPORT_META).write_text(json.dumps(meta), encoding="utf-8")
     main(faithfulness)
     assert "Words removed by deletion" in (out / "index.html").read_text(encoding="utf-8")
