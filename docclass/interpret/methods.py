@@ -211,10 +211,9 @@ def word_relevance(
 
     With ``against [B]``, the relevance for ``target``'s logit minus ``against``'s (the same as
     their log-probabilities' difference), whatever ``quantity``: why one class rather than the
-    other. Every rule
-    holds its scales and gates constant, so its backward pass is linear in what it starts
-    from, and this equals the relevance for ``target`` minus that for ``against``, in one
-    pass."""
+    other. Every rule holds its scales and gates constant, so its backward pass is linear in
+    what it starts from, and this equals the relevance for ``target`` minus that for
+    ``against``, in one pass."""
     quantity = EXPLAINED if quantity is None else quantity
     if quantity not in QUANTITIES:
         raise ValueError(f"quantity must be one of {QUANTITIES}, got {quantity!r}")
