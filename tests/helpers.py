@@ -108,6 +108,16 @@ def norms_and_gates_held(model: nn.Module):
             handle.remove()
 
 
+def lead_weights(logits: torch.Tensor, predicted: torch.Tensor) -> torch.Tensor:
+    """``[B,C]``: the weights that make a class's lead over its rivals from the logits: 1 at
+    the predicted class, minus the rivals' probabilities renormalised among themselves
+    elsewhere (float64, written out from the definition, not from docclass's code)."""
+    probabilities = logits.detach().double().softmax(-1)
+    own = probabilities.gather(1, predicted[:, None])
+    weights = -probabilities / (1 - own)
+    return weights.scatter(1, predicted[:, None], 1.0)
+
+
 def tiny_classifier(
     n_layers: int = 2,
     max_tokens: int | None = None,

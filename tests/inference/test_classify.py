@@ -11,7 +11,7 @@ from typing import get_args
 import numpy as np
 import pytest
 import torch
-from helpers import LONG, write_every_input_kind
+from helpers import LONG, lead_weights, write_every_input_kind
 
 import docclass
 from docclass.cli import main
@@ -225,9 +225,7 @@ def reference_word_scores(clf, text: str, method: str) -> np.ndarray:
         else:
             # ∂lead/∂(word vector t) · (word vector t) = d/dε lead(word vector t × (1 + ε)).
             predicted = int(out.logits.argmax())
-            probabilities = out.logits[0].softmax(-1)
-            rivals = probabilities / (1 - probabilities[predicted])
-            rivals[predicted] = 0.0
+            weights = lead_weights(out.logits, torch.tensor([predicted]))[0]
             words = model.token_vectors(ids)
             frozen = frozen_norms_and_gates(model, ids, mask)
             assert frozen  # the tiny model has LayerNorms and a GELU: the rule matters here
@@ -236,7 +234,7 @@ def reference_word_scores(clf, text: str, method: str) -> np.ndarray:
                 vectors = words.clone()
                 vectors[0, token] *= scale
                 logits = model(ids, mask, token_vectors=vectors).logits[0]
-                return float(logits[predicted] - (rivals * logits).sum())
+                return float((weights * logits).sum())
 
             step = 1e-5
             tokens = np.array(

@@ -6,7 +6,14 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers import DOCUMENTS, HARD_TEXTS, LABELS, norms_and_gates_held, tiny_classifier
+from helpers import (
+    DOCUMENTS,
+    HARD_TEXTS,
+    LABELS,
+    lead_weights,
+    norms_and_gates_held,
+    tiny_classifier,
+)
 from torch.testing import assert_close
 
 from docclass.artifacts.load import TrainedClassifier
@@ -95,12 +102,9 @@ def _token_level_reference(classifier: TrainedClassifier, text: str) -> dict[str
     with norms_and_gates_held(model):
         out = model(ids, mask, need_layer_weights=True, token_vectors=tokens)
     predicted = out.logits.argmax().item()
-    # The records explain the class's lead: its logit minus the rivals' logits averaged by their
-    # probabilities (renormalised among them, held constant).
-    probabilities = out.logits.detach().double().softmax(-1)[0]
-    rivals = probabilities / (1 - probabilities[predicted])
-    rivals[predicted] = 0.0
-    (out.logits[0, predicted] - (rivals * out.logits[0]).sum()).backward()
+    # The records explain the class's lead over its rivals (their weights held constant).
+    weights = lead_weights(out.logits, torch.tensor([predicted]))
+    (out.logits.double() * weights).sum().backward()
     length = ids.shape[1]
     flow = torch.eye(length)
     for weights in out.layer_weights:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import norms_and_gates_held, padded_batch
+from helpers import lead_weights, norms_and_gates_held, padded_batch
 from torch import nn
 from torch.testing import assert_close
 
@@ -88,15 +88,6 @@ def test_conservative_relevance_and_what_no_word_causes_add_up_to_the_logit(layo
         assert abs(no_word) > 0.05  # the biases do cause part of it: the check is not vacuous
 
 
-def rivals_weights(logits: torch.Tensor, predicted: torch.Tensor) -> torch.Tensor:
-    """``[B,C]``: 1 at the predicted class, minus the rivals' probabilities renormalised among
-    themselves elsewhere (float64, written out)."""
-    probabilities = logits.double().softmax(-1)
-    own = probabilities.gather(1, predicted[:, None])
-    weights = -probabilities / (1 - own)
-    return weights.scatter(1, predicted[:, None], 1.0)
-
-
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_the_records_explain_the_class_s_lead_over_its_rivals_and_it_adds_up(layout):
     """The records' gradient methods explain the predicted class's lead over its rivals: its
@@ -107,7 +98,7 @@ def test_the_records_explain_the_class_s_lead_over_its_rivals_and_it_adds_up(lay
     model = model_of(layout)
     ids, mask = padded_batch([19, 6], vocab=60)
     scored = scoring_pass(model, ids, mask)
-    weights = rivals_weights(scored.logits, scored.predicted)
+    weights = lead_weights(scored.logits, scored.predicted)
     classes = weights.shape[1]
     rule = RELEVANCE_METHODS["conservative"]
     for method, propagation in (("conservative", rule), ("grad_input", "gradient")):
@@ -312,7 +303,7 @@ def test_gradient_times_input_measures_a_word_where_it_enters_the_first_block():
     predicted = int(logits.argmax())
     # The records explain the class's lead over its rivals.
     (
-        logits[0].double() * rivals_weights(logits.detach(), torch.tensor([predicted]))[0]
+        logits[0].double() * lead_weights(logits.detach(), torch.tensor([predicted]))[0]
     ).sum().backward()
     norm = model.embedding_norm
     sigma = (summed.var(-1, unbiased=False, keepdim=True) + norm.eps).sqrt()
