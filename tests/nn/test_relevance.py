@@ -207,12 +207,29 @@ def test_without_blocks_conservative_relevance_is_the_exact_class_contribution()
     assert_close(relevance, expected, atol=1e-5, rtol=1e-4)
 
 
+def gamma_rule_written_out(x, layer, y, gradient, gamma):
+    """LRP-γ's input relevance and bias gradient at one linear layer, from its definition with
+    every ``z_ij = x_i·w_ij`` spelt out, in float64: output j's relevance ``g_j·y_j`` goes to
+    input i in proportion to ``z_ij + γ·z_ij⁺`` (``z_ij⁻`` for an output below zero), the bias
+    keeping ``b_j``'s part. Also ``s_j = g_j·y_j / ẑ_j``, the bias's gradient before summing."""
+    x, y, gradient = x.detach().double(), y.detach().double(), gradient.double()
+    z = x[..., None, :] * layer.weight.detach().double()  # (..., out, in)
+    rising = (y >= 0)[..., None]
+    favoured = torch.where(rising, z.clamp(min=0), z.clamp(max=0))
+    denominator = (z + gamma * favoured).sum(-1)
+    if layer.bias is not None:
+        denominator = denominator + layer.bias.detach().double()
+    denominator = denominator + relevance.STABILISER * torch.where(denominator >= 0, 1.0, -1.0)
+    output_relevance = gradient * y
+    ratio = output_relevance / denominator
+    return ((z + gamma * favoured) * ratio[..., None]).sum(-2), ratio
+
+
 @pytest.mark.parametrize("gamma", [0.01, 0.5])
 def test_lrp_gamma_at_a_linear_layer_equals_the_rule_written_out(monkeypatch, gamma):
-    """One linear layer under ``cp-gamma``, against LRP-γ written from its definition with every
-    ``z_ij = x_i·w_ij`` spelt out: output j's relevance ``g_j·y_j`` goes to input i in
-    proportion to ``z_ij + γ·z_ij⁺`` (``z_ij⁻`` for an output below zero), the bias keeping
-    ``b_j``'s part. Inputs and outputs of both signs; the open valve gives the plain gradient."""
+    """One linear layer under ``cp-gamma``, against LRP-γ written from its definition
+    (:func:`gamma_rule_written_out`). Inputs and outputs of both signs; the open valve gives
+    the plain gradient."""
     monkeypatch.setattr(relevance, "GAMMA", gamma)
     torch.manual_seed(0)
     layer = torch.nn.Linear(6, 5)
@@ -221,20 +238,14 @@ def test_lrp_gamma_at_a_linear_layer_equals_the_rule_written_out(monkeypatch, ga
     y = relevance.linear(x, layer, "cp-gamma")
     ours, bias_gradient = torch.autograd.grad(y, (x, layer.bias), gradient)
 
-    z = x.detach()[..., None, :] * layer.weight.detach()  # (2, 3, out, in)
-    rising = (y.detach() >= 0)[..., None]
-    favoured = torch.where(rising, z.clamp(min=0), z.clamp(max=0))
-    denominator = (z + gamma * favoured).sum(-1) + layer.bias.detach()
-    denominator = denominator + relevance.STABILISER * torch.where(denominator >= 0, 1.0, -1.0)
-    output_relevance = gradient * y.detach()
-    expected = ((z + gamma * favoured) * (output_relevance / denominator)[..., None]).sum(-2)
+    expected, ratio = gamma_rule_written_out(x, layer, y, gradient, gamma)
+    rising = y.detach() >= 0
     assert rising.any() and not rising.all() and (x > 0).any() and (x < 0).any()  # every case
-    assert_close(ours * x.detach(), expected, atol=1e-5, rtol=1e-4)
-    bias_part = (output_relevance / denominator).flatten(0, -2).sum(0)
-    assert_close(bias_gradient, bias_part, atol=1e-5, rtol=1e-4)
+    assert_close(ours.double() * x.detach().double(), expected, atol=1e-5, rtol=1e-4)
+    assert_close(bias_gradient.double(), ratio.flatten(0, -2).sum(0), atol=1e-5, rtol=1e-4)
     bias_share = (bias_gradient * layer.bias.detach()).sum()
     assert float((ours * x.detach()).sum() + bias_share) == pytest.approx(
-        float(output_relevance.sum()), abs=1e-4
+        float((gradient * y.detach()).sum()), abs=1e-4
     )
     plain = gradient @ layer.weight.detach()
     assert (ours - plain).abs().max() > 1e-3 * gamma  # the rule is not the plain gradient
@@ -243,12 +254,47 @@ def test_lrp_gamma_at_a_linear_layer_equals_the_rule_written_out(monkeypatch, ga
     assert_close(opened, plain, atol=1e-6, rtol=1e-5)
 
 
-def test_the_gamma_rule_runs_in_the_layer_s_own_dtype():
-    """A bf16 layer's rule stays in bf16 (a float32 stabiliser made the product fail)."""
-    layer = torch.nn.Linear(6, 5).to(torch.bfloat16)
-    x = torch.randn(2, 3, 6, dtype=torch.bfloat16, requires_grad=True)
-    (gradient,) = torch.autograd.grad(relevance.linear(x, layer, "cp-gamma").sum(), x)
-    assert gradient.dtype == torch.bfloat16 and torch.isfinite(gradient).all()
+@pytest.mark.parametrize("bias", [True, False])
+def test_lrp_gamma_at_inputs_of_zero_without_a_bias_and_from_a_sum(monkeypatch, bias):
+    """The rule written out holds where the backward pass's sign tricks could slip: inputs of
+    exactly 0 and -0.0 (no γ share), a token at zero (its output 0 without a bias), four
+    leading dimensions and the expanded gradient ``.sum()`` hands back."""
+    monkeypatch.setattr(relevance, "GAMMA", 0.5)
+    torch.manual_seed(1)
+    layer = torch.nn.Linear(6, 5, bias=bias)
+    x = torch.randn(2, 2, 3, 6)
+    x[..., 0], x[..., 1], x[0, 0, 0] = 0.0, -0.0, 0.0
+    x.requires_grad_(True)
+    y = relevance.linear(x, layer, "cp-gamma")
+    (ours,) = torch.autograd.grad(y.sum(), x)
+    expected, ratio = gamma_rule_written_out(x, layer, y, torch.ones_like(y), 0.5)
+    assert_close(ours.double() * x.detach().double(), expected, atol=1e-5, rtol=1e-4)
+    # Relevance is 0 at an input of 0 whatever its gradient: the gradient there is s·W.
+    plain = ratio @ layer.weight.detach().double()
+    assert_close(ours[..., :2].double(), plain[..., :2], atol=1e-5, rtol=1e-4)
+
+
+def test_the_gamma_rule_runs_in_the_layer_s_own_dtype(monkeypatch):
+    """A bf16 layer's rule stays in bf16 (a float32 stabiliser made the product fail), with
+    rounding errors but no bias: ``1 + γ/2`` formed in bf16 is 1.0078, which scaled every
+    gradient. A float16 layer stays finite at a token of zero, where ``g/ẑ`` overflowed."""
+    monkeypatch.setattr(relevance, "GAMMA", 0.01)
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 64).to(torch.bfloat16)
+    x = torch.randn(8, 32, 64, dtype=torch.bfloat16, requires_grad=True)
+    gradient = torch.randn(8, 32, 64, dtype=torch.bfloat16)
+    y = relevance.linear(x, layer, "cp-gamma")
+    (ours,) = torch.autograd.grad(y, x, gradient)
+    assert ours.dtype == torch.bfloat16 and torch.isfinite(ours).all()
+    expected, _ = gamma_rule_written_out(x, layer, y, gradient, 0.01)
+    error = ours.double() * x.detach().double() - expected
+    # The error's component along the reference: about 2.4e-3 with 1 + γ/2 formed in bf16.
+    assert abs(float((error * expected).sum() / (expected * expected).sum())) < 1e-3
+
+    half = torch.nn.Linear(4, 4, bias=False).to(torch.float16)
+    x = torch.zeros(2, 4, dtype=torch.float16, requires_grad=True)
+    (gradient,) = torch.autograd.grad(relevance.linear(x, half, "cp-gamma").sum() * 10, x)
+    assert torch.isfinite(gradient).all()
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
