@@ -12,7 +12,7 @@ PIP_FLAGS := $(if $(WHEELS),--find-links $(WHEELS),)
 CHROMIUM := $(shell command -v chromium 2>/dev/null)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: demo scratch test test-full lint format seeds inference-options report-speed report-cap report-scale classify-memory ray-classify serve-load batching-speed bench long-documents planted-keyword calibration label-audit faithfulness streaming-speed encoder-speed cold-start corpora browser clean
+.PHONY: demo scratch test test-full lint format seeds inference-options report-speed gamma-speed report-cap report-scale classify-memory ray-classify serve-load batching-speed bench long-documents planted-keyword calibration label-audit faithfulness streaming-speed encoder-speed cold-start corpora browser clean
 
 # lxt (AttnLRP's reference implementation, for the tests that check docclass's relevance rules
 # against it) is installed without its dependencies: they include open_clip_torch and
@@ -60,6 +60,9 @@ report-speed: $(STAMP)  ## time the HTML report of the BBC test split, both conf
 		--data configs/bbc.yaml --out reports/report-speed.json
 	$(BIN)/python -m scripts.report_speed --ckpt reports/minilm/checkpoints/last.ckpt \
 		--data configs/minilm.yaml --out reports/report-speed-minilm.json
+
+gamma-speed: $(STAMP)  ## LRP-γ's backward pass at MiniLM's layer sizes, the shipped form beside the five-product one it replaced (~1 min)
+	$(BIN)/python -m scripts.gamma_backward_speed --out reports/gamma-backward-speed.json
 
 report-scale: $(STAMP) browser  ## report size and first paint in Chromium, 300 and 1,000 documents: 150 synthetic intents, BBC (after `make scratch`; ~12 min on 2 free cores)
 	$(BIN)/python -m scripts.report_scale --bbc-ckpt reports/bbc/checkpoints/last.ckpt \
