@@ -61,7 +61,7 @@ report-speed: $(STAMP)  ## time the HTML report of the BBC test split, both conf
 	$(BIN)/python -m scripts.report_speed --ckpt reports/minilm/checkpoints/last.ckpt \
 		--data configs/minilm.yaml --out reports/report-speed-minilm.json
 
-gamma-speed: $(STAMP)  ## LRP-γ's backward pass at MiniLM's layer sizes, the shipped form beside the five-product one it replaced (~1 min)
+gamma-speed: $(STAMP)  ## a linear layer's forward and LRP-γ backward pass at MiniLM's sizes: the shipped form, the five-product one it replaced, LRP-0's (~1 min)
 	$(BIN)/python -m scripts.gamma_backward_speed --out reports/gamma-backward-speed.json
 
 report-scale: $(STAMP) browser  ## report size and first paint in Chromium, 300 and 1,000 documents: 150 synthetic intents, BBC (after `make scratch`; ~12 min on 2 free cores)

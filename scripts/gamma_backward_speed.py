@@ -1,5 +1,6 @@
-"""LRP-γ's backward pass at MiniLM's layer sizes, the shipped form beside the five-product one
-it replaced, in interleaved rounds: `make gamma-speed`.
+"""A linear layer's forward and LRP-γ backward pass at MiniLM's layer sizes, the shipped form
+beside the five-product one it replaced and beside LRP-0's plain backward pass, in
+interleaved rounds: `make gamma-speed`.
 
 The five-product form writes the positive and negative weights out (two products twice as
 wide, and the plain one); the shipped form takes the same sums from one product with |W|
@@ -55,12 +56,17 @@ class _FiveProductGamma(torch.autograd.Function):
         return x_gradient, None, share.flatten(0, -2).sum(0)
 
 
+FORMS = ("shipped", "five products", "LRP-0")
+
+
 def _input_gradient(form: str, x, layer, gradient) -> torch.Tensor:
     x = x.detach().requires_grad_(True)
     if form == "shipped":
         y = relevance.linear(x, layer, "cp-gamma")
-    else:
+    elif form == "five products":
         y = _FiveProductGamma.apply(x, layer.weight.detach(), layer.bias)
+    else:  # LRP-0: the plain gradient, what every other rule's linear layers take
+        y = relevance.linear(x, layer, "cp")
     (x_gradient,) = torch.autograd.grad(y, x, gradient)
     return x_gradient
 
@@ -73,22 +79,29 @@ def measure(tokens: int, rounds: int) -> list[dict]:
         x, gradient = torch.randn(tokens, inputs), torch.randn(tokens, outputs)
         shipped = _input_gradient("shipped", x, layer, gradient)
         before = _input_gradient("five products", x, layer, gradient)
-        seconds = {"shipped": [], "five products": []}
-        for _ in range(rounds):  # interleaved, so a slow spell of the machine hits both
-            for form in seconds:
+        _input_gradient("LRP-0", x, layer, gradient)  # each form warmed up once
+        difference = float((shipped - before).abs().max() / before.abs().max())
+        if difference > 1e-5:
+            raise RuntimeError(f"the two forms of LRP-γ differ by {difference:.1e}")
+        seconds = {form: [] for form in FORMS}
+        for turn in range(rounds):  # interleaved, each form first in turn
+            for form in FORMS[turn % 3 :] + FORMS[: turn % 3]:
                 started = time.perf_counter()
                 _input_gradient(form, x, layer, gradient)
                 seconds[form].append(time.perf_counter() - started)
         shipped_s = statistics.median(seconds["shipped"])
         before_s = statistics.median(seconds["five products"])
+        plain_s = statistics.median(seconds["LRP-0"])
         rows.append(
             {
                 "shape": [inputs, outputs],
                 "tokens": tokens,
                 "median_shipped_s": round(shipped_s, 4),
                 "median_five_products_s": round(before_s, 4),
+                "median_lrp0_s": round(plain_s, 4),
                 "speed_up": round(before_s / shipped_s, 2),
-                "largest_difference": float((shipped - before).abs().max() / before.abs().max()),
+                "cost_over_lrp0": round(shipped_s / plain_s, 2),
+                "largest_difference": difference,
             }
         )
     return rows
@@ -113,8 +126,9 @@ def main() -> None:
         print(
             f"{row['shape'][0]}→{row['shape'][1]}, {row['tokens']} tokens: forward + LRP-γ "
             f"backward {row['median_shipped_s']} s against {row['median_five_products_s']} s "
-            f"({row['speed_up']}×), gradients differ by {row['largest_difference']:.1e} of the "
-            f"largest"
+            f"({row['speed_up']}×; LRP-0 {row['median_lrp0_s']} s, γ costs "
+            f"{row['cost_over_lrp0']}× it), gradients differ by "
+            f"{row['largest_difference']:.1e} of the largest"
         )
     print(f"→ {args.out}")
 
