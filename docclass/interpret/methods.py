@@ -118,7 +118,8 @@ def scoring_pass(
     is ``cp-gamma`` one forward pass serves both (an
     :class:`~docclass.nn.relevance.AttentionValve`, closed for the first backward pass and open
     for the second): explaining BBC's test split through MiniLM took 86 s instead of 92 (with
-    LRP-0 at the linear layers; LRP-γ's backward pass made it 113 s). Any
+    LRP-0 at the linear layers; LRP-γ's backward pass made it 113 s, and 80 s once it took its
+    sums from one product with ``|W|``, on other days: ``make report-speed``). Any
     further rule takes one more forward and backward pass.
 
     Every block's attention comes back averaged over its heads (all rollout reads), or per
