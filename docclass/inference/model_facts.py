@@ -93,24 +93,16 @@ def _checked_calibration(facts: Any, where: Path) -> dict[str, Any]:
     return facts
 
 
-def report_table(report_dir: Path, fingerprint: str) -> dict[str, Any] | None:
-    """The report's own faithfulness table (``{removal, documents, sample, methods}``), when
-    the report was made with these weights."""
-    meta = measured_on(read_json(report_dir / "report.json"), fingerprint) or {}
-    return meta.get("faithfulness") or None
-
-
 def faithfulness_tables(report_dir: Path, fingerprint: str) -> dict[str, dict[str, Any]]:
     """Every table measured on these weights, by name: the report's own (the one the pages
     and the API choose the default method from) and each removal ``docclass faithfulness``
     measured there under the report's own score rules."""
     tables: dict[str, dict[str, Any]] = {}
-    own = report_table(report_dir, fingerprint)
-    if own:
-        tables[REPORT_TABLE] = own
+    report = measured_on(read_json(report_dir / "report.json"), fingerprint) or {}
+    if report.get("faithfulness"):
+        tables[REPORT_TABLE] = report["faithfulness"]
     measured = measured_on(read_json(report_dir / "faithfulness.json"), fingerprint) or {}
-    written = read_json(report_dir / "report.json") or {}
-    if measured and written and measured.get("scores") != written.get("scores"):
+    if report and measured.get("scores") != report.get("scores"):
         measured = {}  # scores made by other rules than the report's: not one model's figures
     for removal, result in (measured.get("removal") or {}).items():
         tables[removal] = {"documents": measured.get("documents"), "methods": result["aopc"]}
