@@ -1,0 +1,237 @@
+"""Whole-document fine-tuning speed on a GPU: docclass's MiniLM (documents cut into encoder
+windows, one attention pool over every window) against ``transformers``'
+BertForSequenceClassification on the same window rows, eager and under ``torch.compile``.
+
+BERT reads at most 512 positions, so "the same batches" are the rows docclass's blocks see: each
+training batch's documents cut into windows of ``model.window_tokens`` (``window_layout``), one
+row per window, every row labelled with its document's label and classified from its own [CLS]
+state, which is what a user without docclass would fine-tune on chunks. Both sides run the same
+real tokens through the same six blocks; docclass adds its attention pool, BERT its pooler.
+
+Each side's FLOPs are counted by ``torch.utils.flop_counter`` on every timed batch once (eager),
+so MFU is counted FLOPs over seconds over the chip's dense bf16 peak. Rounds alternate the
+sides' order; the figure kept is each side's median.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from benchmarks.throughput import load_config_datamodule
+from benchmarks.training_flops import CPU_ATTENTION_FLOPS, PEAK_BF16_TFLOPS
+from docclass.artifacts.encoders import locate_encoder
+from docclass.nn.windows import window_layout
+from docclass.train.lit_module import DocClassifierModule
+
+Step = Callable[[dict[str, torch.Tensor]], torch.Tensor]
+
+
+def window_rows(batch: dict[str, torch.Tensor], window: int, overlap: int = 0) -> dict:
+    """A batch of whole documents as BERT-sized rows: every window of every document a row
+    (the same cut docclass's blocks see), each labelled with its document's label."""
+    mask = batch["attention_mask"].bool()
+    positions = torch.arange(mask.shape[1]).expand_as(mask)
+    if mask.shape[1] <= window:
+        return {"input_ids": batch["input_ids"], "attention_mask": mask,
+                "labels": batch["labels"]}  # fmt: skip
+    layout = window_layout(mask, positions, window, overlap)
+    document_of_row = torch.zeros(layout.rows, dtype=torch.long)
+    document_of_row[layout.row] = layout.document
+    return {
+        "input_ids": layout.to_rows(batch["input_ids"]),
+        "attention_mask": layout.row_mask,
+        "labels": batch["labels"][document_of_row],
+    }
+
+
+def _timed_steps(step: Step, parameters: list, batches: list[dict], device: torch.device,
+                 bf16: bool) -> tuple[float, int]:  # fmt: skip
+    """Seconds for one optimiser step per batch (AdamW, clipped as training clips) and the real
+    tokens those batches hold."""
+    optimizer = torch.optim.AdamW(parameters, lr=1e-5, weight_decay=0.01)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
+    real = 0
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    started = time.perf_counter()
+    for batch in batches:
+        with autocast:
+            loss = step(batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        real += int(batch["attention_mask"].sum())
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - started, real
+
+
+def _counted_flops(step: Step, batches: list[dict], device: torch.device, bf16: bool) -> int:
+    """Forward and backward FLOPs of one pass over ``batches`` (no optimiser: its elementwise
+    work is not counted as model FLOPs)."""
+    counter = FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION_FLOPS)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
+    with counter:
+        for batch in batches:
+            with autocast:
+                loss = step(batch)
+            loss.backward()
+    return counter.get_total_flops()
+
+
+def _sides(config_path: str | Path, device: torch.device, batch_tokens: int) -> tuple:
+    """Both models on ``device`` from the same MiniLM weights, and each side's batches."""
+    from transformers import BertForSequenceClassification
+
+    datamodule, model_section = load_config_datamodule(config_path)
+    if batch_tokens:
+        datamodule.max_batch_tokens = batch_tokens
+    torch.manual_seed(0)
+    ours = DocClassifierModule(
+        **model_section, num_classes=datamodule.num_classes, vocab_size=datamodule.vocab_size
+    ).to(device)
+    window = ours.model.config.window_tokens
+    if not window:
+        raise ValueError(f"{config_path}: reads no encoder windows (model.window_tokens)")
+    theirs = BertForSequenceClassification.from_pretrained(
+        locate_encoder(model_section["encoder"]), num_labels=datamodule.num_classes,
+        attn_implementation="sdpa",
+    ).to(device)  # fmt: skip
+    documents = list(datamodule.train_dataloader())
+    rows = [window_rows(b, window, ours.model.config.window_overlap) for b in documents]
+    return datamodule, ours, theirs, documents, rows
+
+
+def gpu_encoder_speed(
+    config_path: str | Path = "configs/minilm.yaml",
+    steps: int = 20,
+    rounds: int = 3,
+    device: str = "cuda",
+    precision: str = "bf16-mixed",
+    compile_models: bool = True,
+    batch_tokens: int = 0,
+    distinct_batches: int = 0,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Training real tokens/s, counted TFLOP/s and MFU of both sides, eager (and compiled), on
+    the first ``steps`` training batches of the config (``batch_tokens`` 0: its own budget).
+
+    ``distinct_batches`` n > 0 cycles the first n batches instead: one shape when n is 1, so
+    ``torch.compile`` compiles once per side rather than once for every shape. ``progress``
+    gets the figures after each mode (a run stopped during compiling keeps the eager ones)."""
+    target = torch.device(device)
+    bf16 = precision == "bf16-mixed"
+    datamodule, ours, theirs, documents, rows = _sides(config_path, target, batch_tokens)
+    smoothing = ours.hparams.label_smoothing
+    cycle = distinct_batches or steps
+    documents = [{k: v.to(target) for k, v in documents[i % cycle].items()} for i in range(steps)]
+    rows = [{k: v.to(target) for k, v in rows[i % cycle].items()} for i in range(steps)]
+
+    def our_step(batch):
+        return ours._shared_step(batch)[0]
+
+    def their_step(batch):
+        logits = theirs(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"].long()
+        ).logits
+        return F.cross_entropy(logits.float(), batch["labels"], label_smoothing=smoothing)
+
+    ours.train()
+    theirs.train()
+    sides = {"docclass": (our_step, ours, documents),
+             "transformers BertForSequenceClassification": (their_step, theirs, rows)}  # fmt: skip
+    flops = {name: _counted_flops(step, batches, target, bf16)
+             for name, (step, _, batches) in sides.items()}  # fmt: skip
+    for _, model, _ in sides.values():
+        model.zero_grad(set_to_none=True)
+    figures = _what_was_run(config_path, target, precision, rounds, datamodule, sides, flops)
+    figures["distinct_batches"] = min(cycle, steps)
+    peak = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in figures["device"]), None)
+    modes = ["eager", "compiled"] if compile_models else ["eager"]
+    for mode in modes:
+        if mode == "compiled":
+            # Batches differ in shape: marked dynamic after the first recompile, and a limit
+            # high enough that no side falls back to eager unseen.
+            torch._dynamo.config.cache_size_limit = 64
+            ours.model.compile()
+            theirs.compile()
+        figures[mode] = _rounds(sides, target, bf16, rounds, flops, peak)
+        if progress is not None:
+            progress(figures)
+    if compile_models:
+        figures["compiled_over_eager"] = {
+            name: round(figures["compiled"]["real_tokens_per_s"][name]
+                        / figures["eager"]["real_tokens_per_s"][name], 3)
+            for name in sides
+        }  # fmt: skip
+    return figures
+
+
+def _what_was_run(config_path, device, precision, rounds, datamodule, sides, flops) -> dict:
+    """The run's heading: machine, batches, tokens, and each side's FLOPs for one pass."""
+    documents = sides["docclass"][2]
+    rows = sides["transformers BertForSequenceClassification"][2]
+    return {
+        "config": str(config_path),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "precision": precision,
+        "steps_per_round": len(documents),
+        "rounds": rounds,
+        "max_batch_tokens": datamodule.max_batch_tokens,
+        "documents": sum(len(b["labels"]) for b in documents),
+        "window_rows": sum(len(b["labels"]) for b in rows),
+        "real_tokens": sum(int(b["attention_mask"].sum()) for b in documents),
+        # BERT's rows are padded to each batch's longest (as its collators pad); docclass runs
+        # its rows in groups of similar length.
+        "bert_row_slots_per_real_token": round(
+            sum(b["input_ids"].numel() for b in rows)
+            / sum(int(b["attention_mask"].sum()) for b in rows),
+            3,
+        ),
+        "counted_tflops_per_pass": {n: round(f / 1e12, 4) for n, f in flops.items()},
+    }
+
+
+def _rounds(sides: dict, device: torch.device, bf16: bool, rounds: int, flops: dict,
+            peak: float | None) -> dict[str, Any]:  # fmt: skip
+    warm: dict[str, float] = {}
+    for name, (step, model, batches) in sides.items():
+        # One pass first: kernels chosen, memory pooled, and under compile every shape traced.
+        warm[name] = _timed_steps(step, list(model.parameters()), batches, device, bf16)[0]
+    seconds: dict[str, list[float]] = {name: [] for name in sides}
+    real: dict[str, int] = {}
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    for index in range(rounds):
+        order = list(sides.items())[:: 1 if index % 2 == 0 else -1]
+        for name, (step, model, batches) in order:
+            took, real[name] = _timed_steps(step, list(model.parameters()), batches, device, bf16)
+            seconds[name].append(took)
+    median = {name: statistics.median(times) for name, times in seconds.items()}
+    tflops = {name: flops[name] / median[name] / 1e12 for name in sides}
+    reference = "transformers BertForSequenceClassification"
+    return {
+        "first_pass_s": {n: round(s, 2) for n, s in warm.items()},
+        "seconds_per_round": {n: [round(s, 4) for s in v] for n, v in seconds.items()},
+        "real_tokens_per_s": {name: round(real[name] / median[name]) for name in sides},
+        "tflops_per_s": {name: round(value, 2) for name, value in tflops.items()},
+        "mfu_vs_dense_bf16_peak": (
+            {name: round(value / peak, 4) for name, value in tflops.items()} if peak else None
+        ),
+        "docclass_over_transformers": round(median[reference] / median["docclass"], 3),
+        "peak_memory_gib_both": (
+            round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+            if device.type == "cuda"
+            else None
+        ),
+    }
