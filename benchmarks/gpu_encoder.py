@@ -6,7 +6,9 @@ BERT reads at most 512 positions, so "the same batches" are the rows docclass's 
 training batch's documents cut into windows of ``model.window_tokens`` (``window_layout``), one
 row per window, every row labelled with its document's label and classified from its own [CLS]
 state, which is what a user without docclass would fine-tune on chunks. Both sides run the same
-real tokens through the same six blocks; docclass adds its attention pool, BERT its pooler.
+real tokens through the same six blocks with the same dropout; docclass adds its attention pool,
+BERT its pooler. BERT pads each batch's rows to the longest, so its counted FLOPs include its
+padding: ``flops_per_real_token`` says how much.
 
 Each side's FLOPs are counted by ``torch.utils.flop_counter`` on every timed batch once (eager),
 so MFU is counted FLOPs over seconds over the chip's dense bf16 peak. Rounds alternate the
@@ -15,6 +17,7 @@ sides' order; the figure kept is each side's median.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from collections.abc import Callable
@@ -32,11 +35,19 @@ from docclass.nn.windows import window_layout
 from docclass.train.lit_module import DocClassifierModule
 
 Step = Callable[[dict[str, torch.Tensor]], torch.Tensor]
+REFERENCE = "transformers BertForSequenceClassification"
 
 
 def window_rows(batch: dict[str, torch.Tensor], window: int, overlap: int = 0) -> dict:
     """A batch of whole documents as BERT-sized rows: every window of every document a row
-    (the same cut docclass's blocks see), each labelled with its document's label."""
+    (the same cut docclass's blocks see), each labelled with its document's label.
+
+    Overlapping windows are refused: BERT would read (and be credited for) the shared tokens
+    twice, and the two sides would no longer run the same real tokens."""
+    if overlap:
+        raise ValueError(
+            f"window overlap {overlap}: the comparison needs windows that share no tokens"
+        )
     mask = batch["attention_mask"].bool()
     positions = torch.arange(mask.shape[1]).expand_as(mask)
     if mask.shape[1] <= window:
@@ -55,10 +66,11 @@ def window_rows(batch: dict[str, torch.Tensor], window: int, overlap: int = 0) -
 def _timed_steps(step: Step, parameters: list, batches: list[dict], device: torch.device,
                  bf16: bool) -> tuple[float, int]:  # fmt: skip
     """Seconds for one optimiser step per batch (AdamW, clipped as training clips) and the real
-    tokens those batches hold."""
+    tokens those batches hold (counted before the clock starts: a count inside the loop would
+    wait for the GPU every step)."""
     optimizer = torch.optim.AdamW(parameters, lr=1e-5, weight_decay=0.01)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
-    real = 0
+    real = sum(int(batch["attention_mask"].sum()) for batch in batches)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     started = time.perf_counter()
@@ -69,7 +81,6 @@ def _timed_steps(step: Step, parameters: list, batches: list[dict], device: torc
         torch.nn.utils.clip_grad_norm_(parameters, 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        real += int(batch["attention_mask"].sum())
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter() - started, real
@@ -88,8 +99,9 @@ def _counted_flops(step: Step, batches: list[dict], device: torch.device, bf16: 
     return counter.get_total_flops()
 
 
-def _sides(config_path: str | Path, device: torch.device, batch_tokens: int) -> tuple:
-    """Both models on ``device`` from the same MiniLM weights, and each side's batches."""
+def _sides(config_path: str | Path, device: torch.device, batch_tokens: int, cycle: int) -> tuple:
+    """Both models on ``device`` from the same MiniLM weights, and each side's first ``cycle``
+    batches."""
     from transformers import BertForSequenceClassification
 
     datamodule, model_section = load_config_datamodule(config_path)
@@ -102,11 +114,14 @@ def _sides(config_path: str | Path, device: torch.device, batch_tokens: int) -> 
     window = ours.model.config.window_tokens
     if not window:
         raise ValueError(f"{config_path}: reads no encoder windows (model.window_tokens)")
+    # BERT's own config drops 10 % of its attention probabilities, which docclass's blocks do
+    # not: the same dropout on both sides, or BERT pays for work docclass skips.
     theirs = BertForSequenceClassification.from_pretrained(
         locate_encoder(model_section["encoder"]), num_labels=datamodule.num_classes,
-        attn_implementation="sdpa",
+        attn_implementation="sdpa", attention_probs_dropout_prob=ours.model.config.attn_dropout,
+        hidden_dropout_prob=ours.model.config.dropout,
     ).to(device)  # fmt: skip
-    documents = list(datamodule.train_dataloader())
+    documents = list(itertools.islice(datamodule.train_dataloader(), cycle))
     rows = [window_rows(b, window, ours.model.config.window_overlap) for b in documents]
     return datamodule, ours, theirs, documents, rows
 
@@ -125,16 +140,17 @@ def gpu_encoder_speed(
     """Training real tokens/s, counted TFLOP/s and MFU of both sides, eager (and compiled), on
     the first ``steps`` training batches of the config (``batch_tokens`` 0: its own budget).
 
-    ``distinct_batches`` n > 0 cycles the first n batches instead: one shape when n is 1, so
-    ``torch.compile`` compiles once per side rather than once for every shape. ``progress``
+    ``distinct_batches`` n > 0 cycles the first n batches instead: with n = 1 every step has
+    the same shapes, so ``torch.compile`` traces each side's graphs once rather than again for
+    every shape (docclass's graph breaks and length groups still make several graphs). ``progress``
     gets the figures after each mode (a run stopped during compiling keeps the eager ones)."""
     target = torch.device(device)
     bf16 = precision == "bf16-mixed"
-    datamodule, ours, theirs, documents, rows = _sides(config_path, target, batch_tokens)
+    cycle = min(distinct_batches or steps, steps)
+    datamodule, ours, theirs, documents, rows = _sides(config_path, target, batch_tokens, cycle)
     smoothing = ours.hparams.label_smoothing
-    cycle = distinct_batches or steps
-    documents = [{k: v.to(target) for k, v in documents[i % cycle].items()} for i in range(steps)]
-    rows = [{k: v.to(target) for k, v in rows[i % cycle].items()} for i in range(steps)]
+    documents = cycled([{k: v.to(target) for k, v in b.items()} for b in documents], steps)
+    rows = cycled([{k: v.to(target) for k, v in b.items()} for b in rows], steps)
 
     def our_step(batch):
         return ours._shared_step(batch)[0]
@@ -147,27 +163,27 @@ def gpu_encoder_speed(
 
     ours.train()
     theirs.train()
-    sides = {"docclass": (our_step, ours, documents),
-             "transformers BertForSequenceClassification": (their_step, theirs, rows)}  # fmt: skip
+    sides = {"docclass": (our_step, ours, documents), REFERENCE: (their_step, theirs, rows)}
     flops = {name: _counted_flops(step, batches, target, bf16)
              for name, (step, _, batches) in sides.items()}  # fmt: skip
     for _, model, _ in sides.values():
         model.zero_grad(set_to_none=True)
     figures = _what_was_run(config_path, target, precision, rounds, datamodule, sides, flops)
-    figures["distinct_batches"] = min(cycle, steps)
+    figures["distinct_batches"] = cycle
     peak = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in figures["device"]), None)
     modes = ["eager", "compiled"] if compile_models else ["eager"]
     for mode in modes:
         if mode == "compiled":
-            # Batches differ in shape: marked dynamic after the first recompile, and a limit
-            # high enough that no side falls back to eager unseen.
-            torch._dynamo.config.cache_size_limit = 64
             ours.model.compile()
             theirs.compile()
-        figures[mode] = _rounds(sides, target, bf16, rounds, flops, peak)
+        # Batches differ in shape: marked dynamic after the first recompile, and a limit high
+        # enough that no side falls back to eager unseen (for this call only).
+        with torch._dynamo.config.patch(cache_size_limit=64):
+            figures[mode] = _rounds(sides, target, bf16, rounds, flops, peak)
         if progress is not None:
             progress(figures)
     if compile_models:
+        torch._dynamo.reset()  # another call's modules start from no compiled graphs
         figures["compiled_over_eager"] = {
             name: round(figures["compiled"]["real_tokens_per_s"][name]
                         / figures["eager"]["real_tokens_per_s"][name], 3)
@@ -179,7 +195,7 @@ def gpu_encoder_speed(
 def _what_was_run(config_path, device, precision, rounds, datamodule, sides, flops) -> dict:
     """The run's heading: machine, batches, tokens, and each side's FLOPs for one pass."""
     documents = sides["docclass"][2]
-    rows = sides["transformers BertForSequenceClassification"][2]
+    rows = sides[REFERENCE][2]
     return {
         "config": str(config_path),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -199,39 +215,54 @@ def _what_was_run(config_path, device, precision, rounds, datamodule, sides, flo
             3,
         ),
         "counted_tflops_per_pass": {n: round(f / 1e12, 4) for n, f in flops.items()},
+        # BERT's count includes its padding slots: per real token it is the larger.
+        "flops_per_real_token": {
+            n: round(f / sum(int(b["attention_mask"].sum()) for b in sides[n][2]))
+            for n, f in flops.items()
+        },
     }
 
 
 def _rounds(sides: dict, device: torch.device, bf16: bool, rounds: int, flops: dict,
             peak: float | None) -> dict[str, Any]:  # fmt: skip
+    """One untimed pass per side, then ``rounds`` timed passes alternating which side goes
+    first, so drift in the machine's speed hits both alike."""
     warm: dict[str, float] = {}
     for name, (step, model, batches) in sides.items():
         # One pass first: kernels chosen, memory pooled, and under compile every shape traced.
         warm[name] = _timed_steps(step, list(model.parameters()), batches, device, bf16)[0]
     seconds: dict[str, list[float]] = {name: [] for name in sides}
     real: dict[str, int] = {}
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
     for index in range(rounds):
         order = list(sides.items())[:: 1 if index % 2 == 0 else -1]
         for name, (step, model, batches) in order:
             took, real[name] = _timed_steps(step, list(model.parameters()), batches, device, bf16)
             seconds[name].append(took)
+    return {"first_pass_s": {n: round(s, 2) for n, s in warm.items()},
+            **mode_figures(seconds, real, flops, peak)}  # fmt: skip
+
+
+def cycled(batches: list, steps: int) -> list:
+    """``steps`` batches taken from ``batches`` in turn."""
+    return [batches[i % len(batches)] for i in range(steps)]
+
+
+def mode_figures(
+    seconds: dict[str, list[float]], real: dict[str, int], flops: dict[str, int],
+    peak: float | None,
+) -> dict[str, Any]:  # fmt: skip
+    """Each side's median over its rounds → real tokens/s, counted TFLOP/s, MFU against
+    ``peak`` TFLOP/s, and docclass's speed as a multiple of BERT's on the same real tokens."""
+    if real["docclass"] != real[REFERENCE]:
+        raise ValueError(f"the sides ran different real tokens: {real}")
     median = {name: statistics.median(times) for name, times in seconds.items()}
-    tflops = {name: flops[name] / median[name] / 1e12 for name in sides}
-    reference = "transformers BertForSequenceClassification"
+    tflops = {name: flops[name] / median[name] / 1e12 for name in seconds}
     return {
-        "first_pass_s": {n: round(s, 2) for n, s in warm.items()},
         "seconds_per_round": {n: [round(s, 4) for s in v] for n, v in seconds.items()},
-        "real_tokens_per_s": {name: round(real[name] / median[name]) for name in sides},
+        "real_tokens_per_s": {name: round(real[name] / median[name]) for name in seconds},
         "tflops_per_s": {name: round(value, 2) for name, value in tflops.items()},
         "mfu_vs_dense_bf16_peak": (
             {name: round(value / peak, 4) for name, value in tflops.items()} if peak else None
         ),
-        "docclass_over_transformers": round(median[reference] / median["docclass"], 3),
-        "peak_memory_gib_both": (
-            round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
-            if device.type == "cuda"
-            else None
-        ),
+        "docclass_over_transformers": round(median[REFERENCE] / median["docclass"], 3),
     }
