@@ -55,7 +55,14 @@ CSV_FIELDS = (
     "rank", "id", "split", "given_label", "suggested_label", "score",
     "p_given", "p_suggested", "fold",
 )  # fmt: skip
-FILTERS = ("prune_by_noise_rate", "prune_by_class", "both", "confident_learning")
+# The last rule is cleanlab's calibrated estimate of how many labels are wrong, taken in order of
+# the given label's probability (the pairing cleanlab.count.num_label_issues documents): the four
+# before it choose per pair of classes, and so flag documents that sit between two classes as
+# readily as labels flipped at random, which get almost no probability for their given label.
+SELF_CONFIDENCE_RULE = "calibrated_count_by_self_confidence"
+FILTERS = (
+    "prune_by_noise_rate", "prune_by_class", "both", "confident_learning", SELF_CONFIDENCE_RULE
+)  # fmt: skip
 
 
 def _needs_cleanlab() -> None:
@@ -285,6 +292,51 @@ def _fold_probabilities(
     return {"by_id": by_id, "folds": figures}
 
 
+def finished_audit_probabilities(folder: Path, plan: dict[str, Any]) -> dict[str, list[float]]:
+    """Another finished audit's out-of-sample probabilities by id, once it is known to have
+    audited exactly this audit's documents, given labels and classes (``plan``: this audit's)
+    and every fold of it was scored by that fold's tested weights."""
+    other = _readable(folder / PLAN)
+    if other is None:
+        raise ConfigError(
+            f"--with_audits {folder}: holds no audit ({PLAN}); run docclass audit --out "
+            f"{folder} with the other config first"
+        )
+    for key in ("documents and labels", "label_names"):
+        if other.get(key) != plan[key]:
+            # Averaging rows of other documents, or classes in another order, would flag
+            # labels from another corpus's probabilities without a word.
+            raise ConfigError(
+                f"--with_audits {folder}: audited other {key} than this audit; give an audit "
+                "of the same documents (the same data source, split and labels)"
+            )
+    probs: dict[str, list[float]] = {}
+    for fold, split in enumerate(other["fold_splits"]):
+        run_dir = folder / "folds" / f"fold-{fold}"
+        facts, metrics = _readable(run_dir / OUT_OF_SAMPLE), _readable(run_dir / "metrics.json")
+        if (
+            facts is None or metrics is None or facts.get("ids") != split["test"]
+            or facts.get("weights") != metrics["test"]["weights"]
+        ):  # fmt: skip
+            raise ConfigError(
+                f"--with_audits {folder}: fold {fold} is unfinished or was scored by other "
+                f"weights; run docclass audit --out {folder} again to finish it"
+            )
+        probs.update(zip(facts["ids"], facts["probs"], strict=True))
+    return probs
+
+
+def averaged_with(
+    by_id: dict[str, tuple[int, list[float]]], others: list[dict[str, list[float]]]
+) -> dict[str, tuple[int, list[float]]]:
+    """This audit's probabilities averaged with other audits' of the same documents; each
+    document keeps its own fold (whose model explains it)."""
+    return {
+        doc_id: (fold, np.mean([probs, *(other[doc_id] for other in others)], axis=0).tolist())
+        for doc_id, (fold, probs) in by_id.items()
+    }
+
+
 def _test_scores(metrics: dict[str, Any]) -> dict[str, Any]:
     test = metrics["test"]
     return {
@@ -299,16 +351,21 @@ def find_label_issues(
 ) -> tuple[np.ndarray, np.ndarray]:
     """cleanlab's confident learning: the flagged rows, most likely wrong first (lowest
     probability of the given label), and every row's label quality (that probability)."""
+    from cleanlab.count import num_label_issues
     from cleanlab.filter import find_label_issues as cleanlab_issues
     from cleanlab.rank import get_label_quality_scores
 
     # cleanlab checks that rows sum to 1; float sums may miss by an ulp.
     probs = probs / probs.sum(axis=1, keepdims=True)
+    quality = get_label_quality_scores(given, probs, method="self_confidence")
+    if filter_by == SELF_CONFIDENCE_RULE:
+        count = num_label_issues(given, probs, estimation_method="off_diagonal_calibrated")
+        # Stable: equal scores keep the documents' order, so a rerun flags the same ones.
+        return np.argsort(quality, kind="stable")[:count], quality
     # n_jobs 1: no pool of processes forked from one holding torch's threads.
     ranked = cleanlab_issues(
         given, probs, filter_by=filter_by, return_indices_ranked_by="self_confidence", n_jobs=1
     )
-    quality = get_label_quality_scores(given, probs, method="self_confidence")
     return np.asarray(ranked, dtype=int), quality
 
 
@@ -505,6 +562,24 @@ def _by_class(
     return [{"label": n, "documents": audited[n], "flagged": flagged[n]} for n in names]
 
 
+def _other_audits(
+    folders: list[str], out_dir: Path, plan: dict[str, Any]
+) -> list[tuple[Path, tuple[dict[str, Any], dict[str, list[float]]]]]:
+    """Each ``--with_audits`` folder with its plan and probabilities, checked before any fold
+    trains (a wrong folder is refused at once, not after hours of training)."""
+    resolved = [Path(folder).resolve() for folder in folders]
+    if out_dir.resolve() in resolved or len(set(resolved)) != len(resolved):
+        raise ConfigError(
+            f"--with_audits {folders}: names this audit's own --out or one folder twice, which "
+            "would count the same probabilities twice; give each other audit once"
+        )
+    others = []
+    for folder in map(Path, folders):
+        probs = finished_audit_probabilities(folder, plan)  # refuses a folder with no plan
+        others.append((folder, (read_json(folder / PLAN), probs)))
+    return others
+
+
 def audit_command(
     config: str,
     out: str = "reports/audit",
@@ -514,6 +589,7 @@ def audit_command(
     retrain: bool = False,
     report_documents: int | None = 500,
     device: str = "auto",
+    with_audits: list[str] | None = None,
 ) -> dict[str, Any]:
     """Find likely label errors in a config's training and validation documents.
 
@@ -535,6 +611,9 @@ def audit_command(
         report_documents: the page explains at most this many flagged documents (the most
             likely first); audit.csv lists them all. null: every one.
         device: where to score and explain (auto: CUDA when available).
+        with_audits: finished audits of the same documents by other configs (their --out
+            folders): each document's probabilities are averaged over this audit and those
+            before flagging. Models that err differently flag fewer sound labels.
     """
     _needs_cleanlab()
     from docclass.report.audit import write_audit_report
@@ -554,15 +633,19 @@ def audit_command(
     names = list(datamodule.label_names)
     settings = {"config": config, "fit_args": fit_args, "folds": folds, "label_names": names}
     plan = _read_or_write_plan(out_dir, settings, pool, datamodule)
+    others = _other_audits(with_audits or [], out_dir, plan)
     scored = _fold_probabilities(plan, out_dir, config, fit_args, pool, device)
+    by_id = averaged_with(scored["by_id"], [probs for _, (_, probs) in others])
     splits = {i: s for s in ("train", "val") for i in datamodule.splits[s]["id"]}
-    entries, accuracy = _flagged_entries(pool, splits, names, scored["by_id"], filter_by)
+    entries, accuracy = _flagged_entries(pool, splits, names, by_id, filter_by)
     write_audit_csv(entries, out_dir / AUDIT_CSV)
     summary = {
         "config": config, "fit_args": fit_args, "documents": len(pool), "folds": folds,
         "filter_by": filter_by, "flagged": len(entries), "out_of_sample_accuracy": accuracy,
         "fold_figures": scored["folds"], "by_class": _by_class(pool, names, entries),
         "label_names": names, "retrain": None,
+        "with_audits": [{"out": str(folder), "config": plan_of["config"]}
+                        for folder, (plan_of, _) in others],
     }  # fmt: skip
     if retrain:
         flagged = {e["id"] for e in entries}

@@ -171,7 +171,8 @@ def test_each_cleanlab_rule_is_scored_on_the_audit_s_own_probabilities(tmp_path,
     figures = by_filter(tmp_path, noisy, flipped)
     # Each rule is asked for by name, and scored under its own name.
     assert rules == list(figures) == ["prune_by_noise_rate", "prune_by_class", "both",
-                                      "confident_learning"]  # fmt: skip
+                                      "confident_learning",
+                                      "calibrated_count_by_self_confidence"]  # fmt: skip
     for rule in figures.values():
         assert (rule["flagged"], rule["found"], rule["precision"], rule["recall"]) == (3, 3, 1, 1)
     run = {"rate": 0.05, "seed": 0, "flipped": 3, "flagged": 3, "precision": 1.0, "recall": 1.0,

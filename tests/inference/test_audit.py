@@ -6,6 +6,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -211,6 +212,54 @@ def test_confident_learning_flags_the_confidently_contradicted_labels_lowest_fir
     assert quality[3] == pytest.approx(probs[3, given[3]] / probs[3].sum())
 
 
+def test_the_self_confidence_rule_takes_cleanlab_s_calibrated_count_lowest_first():
+    pytest.importorskip("cleanlab")
+    from cleanlab.count import num_label_issues
+
+    rng = np.random.default_rng(0)
+    true = np.repeat(np.arange(3), 100)
+    probs = np.full((300, 3), 0.05)
+    probs[np.arange(300), true] = 0.9
+    probs += rng.uniform(0, 0.02, probs.shape)
+    given = true.copy()
+    flipped = [3, 50, 120, 250, 299]
+    for i in flipped:
+        given[i] = (true[i] + 1) % 3
+    # Between two classes: the given label keeps a third of the probability.
+    between = [10, 110, 210]
+    for i in between:
+        probs[i] = 0.05
+        probs[i, given[i]], probs[i, (given[i] + 2) % 3] = 0.35, 0.6
+    ranked, quality = audit.find_label_issues(given, probs, audit.SELF_CONFIDENCE_RULE)
+    count = num_label_issues(given, probs / probs.sum(axis=1, keepdims=True),
+                             estimation_method="off_diagonal_calibrated")  # fmt: skip
+    assert len(ranked) == count and count >= len(flipped)
+    assert list(quality[ranked]) == sorted(quality[ranked])
+    # Every flip (its given label near 0) comes before any document between two classes.
+    assert set(ranked[: len(flipped)]) == set(flipped)
+    assert set(ranked) <= set(flipped) | set(between)
+
+
+def test_the_self_confidence_rule_counts_with_the_calibrated_joint():
+    pytest.importorskip("cleanlab")
+    from cleanlab.count import num_label_issues
+
+    # Noisy probabilities, where cleanlab's calibrated count (16) exceeds its plain one (12).
+    rng = np.random.default_rng(0)
+    true = np.repeat(np.arange(3), 100)
+    logits = rng.normal(0, 1, (300, 3))
+    logits[np.arange(300), true] += 3
+    probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    given = true.copy()
+    for i in rng.choice(300, 15, replace=False):
+        given[i] = (true[i] + 1) % 3
+    ranked, quality = audit.find_label_issues(given, probs, audit.SELF_CONFIDENCE_RULE)
+    assert len(ranked) == num_label_issues(
+        given, probs, estimation_method="off_diagonal_calibrated"
+    ) > num_label_issues(given, probs)  # fmt: skip
+    assert list(ranked) == list(np.argsort(quality, kind="stable")[: len(ranked)])
+
+
 def test_csv_lists_each_flagged_document_with_both_labels(tmp_path):
     entries = [
         {"rank": 1, "id": "a,1", "split": "train", "given": "x", "suggested": "y",
@@ -370,6 +419,77 @@ def test_audit_finds_planted_flips_resumes_and_refuses_another_plan(
     finally:
         corpus.write_text(original)  # the module's corpus, as the fixture made it
     assert "holds an audit with other documents and labels" in capsys.readouterr().err
+
+
+def test_an_audit_averaged_with_another_of_the_same_documents(
+    noisy_corpus, tmp_path, monkeypatch, capsys
+):
+    pytest.importorskip("cleanlab")
+    folder, _ = noisy_corpus
+    fit_args = json.dumps([
+        "--data.source", str(folder / "corpus.jsonl"), "--data.max_docs_per_class", "null",
+        "--data.max_tokens", "256", "--trainer.callbacks=[]", "--model.n_layers", "0",
+        "--trainer.max_epochs", "2",
+    ])  # fmt: skip
+    first, second = tmp_path / "first", tmp_path / "second"
+    base = ["audit", "--config", TINY, "--folds", "2", "--fit_args", fit_args]
+    main([*base, "--out", str(first)])
+    # The second audit's folds are the first's, copied: nothing trains again.
+    shutil.copytree(first, second)
+    monkeypatch.setattr(audit, "run_child", lambda *_, **__: pytest.fail("trained again"))
+    # The other audit's fold-0 probabilities all uniform: the mean moves halfway to uniform.
+    scored = first / "folds" / "fold-0" / audit.OUT_OF_SAMPLE
+    facts = json.loads(scored.read_text())
+    uniform = [[1 / len(row)] * len(row) for row in facts["probs"]]
+    scored.write_text(json.dumps({**facts, "probs": uniform}))
+    with_first = ["--with_audits", json.dumps([str(first)])]
+    main(
+        [
+            *base,
+            "--out",
+            str(second),
+            *with_first,
+            "--filter_by",
+            "calibrated_count_by_self_confidence",
+        ]
+    )
+    summary = json.loads((second / "audit.json").read_text())
+    assert summary["with_audits"] == [{"out": str(first), "config": TINY}]
+    own = dict(zip(facts["ids"], facts["probs"], strict=True))
+    names = summary["label_names"]
+    with (second / "audit.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    in_fold_0 = [row for row in rows if row["id"] in own]
+    assert in_fold_0, "no flagged document of fold 0 to check"
+    for row in in_fold_0:
+        mean = (own[row["id"]][names.index(row["given_label"])] + 1 / len(names)) / 2
+        assert float(row["p_given"]) == pytest.approx(mean, abs=5e-5)  # written to 4 places
+    assert 'id="with-audits"' in (second / "report" / "index.html").read_text()
+
+    # Refused in one line, before any fold is touched: its own folder, a folder with no
+    # audit, an audit of other documents, another audit's fold scored by other weights or
+    # unfinished.
+    plan_file = first / audit.PLAN
+    plan = json.loads(plan_file.read_text())
+    cases = [
+        ([str(second)], "names this audit's own --out", lambda: None),
+        ([str(tmp_path)], "holds no audit", lambda: None),
+        ([str(first)], "audited other documents and labels",
+         lambda: plan_file.write_text(json.dumps({**plan, "documents and labels": "x"}))),
+        ([str(first)], "fold 0 is unfinished or was scored by other weights",
+         lambda: (plan_file.write_text(json.dumps(plan)),
+                  scored.write_text(json.dumps({**facts, "weights": "other"})))),
+        ([str(first)], "fold 1 is unfinished",
+         lambda: (scored.write_text(json.dumps(facts)),
+                  (first / "folds" / "fold-1" / audit.OUT_OF_SAMPLE).unlink())),
+    ]  # fmt: skip
+    for others, message, change in cases:
+        change()
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as stopped:
+            main([*base, "--out", str(second), "--with_audits", json.dumps(others)])
+        line = capsys.readouterr().err.strip()
+        assert stopped.value.code == 2 and message in line and "\n" not in line
 
 
 def _children(pid):

@@ -52,7 +52,7 @@ ENTRY = {"rank": 1, "id": "doc<1>", "split": "val", "given": "given", "suggested
 def _summary(flagged, by_class=()):
     return {"config": "c<b>.yaml", "documents": 10, "folds": 2, "filter_by": "both",
             "flagged": flagged, "out_of_sample_accuracy": 0.9, "retrain": None,
-            "by_class": list(by_class)}  # fmt: skip
+            "by_class": list(by_class), "with_audits": []}  # fmt: skip
 
 
 def test_audit_page_escapes_every_word_and_links_each_entry(tmp_path):
@@ -97,6 +97,21 @@ def test_audit_page_escapes_every_word_and_links_each_entry(tmp_path):
     assert str(escape(UNMEASURED.reason)) in re.search(
         r'id="shown-first">(.*?)</p>', document
     ).group(1)
+
+
+def test_audit_page_says_how_it_flagged_and_whose_probabilities(tmp_path):
+    record = _record(["one", "two"], [-0.2, 0.3])
+    summary = _summary(1)
+    page = write_audit_report([ENTRY], [record], summary, tmp_path / "a", UNMEASURED).read_text()
+    how = re.search(r'id="how-flagged">(.*?)</p>', page, re.S).group(1)
+    assert "confidently gives another class" in how and "with-audits" not in how
+    summary["filter_by"] = "calibrated_count_by_self_confidence"
+    summary["with_audits"] = [{"out": "a", "config": "m<1>.yaml"}, {"out": "b", "config": "s.yaml"}]
+    page = write_audit_report([ENTRY], [record], summary, tmp_path / "b", UNMEASURED).read_text()
+    how = re.search(r'id="how-flagged">(.*?)</p>', page, re.S).group(1)
+    assert "given label got the lowest probability" in how and "confidently gives" not in how
+    assert "mean of this audit's and 2 other audits" in how
+    assert "<code>m&lt;1&gt;.yaml</code>, <code>s.yaml</code>" in how and "m<1>" not in page
 
 
 def test_audit_page_says_when_it_shows_only_the_first_flagged(tmp_path):
