@@ -306,15 +306,17 @@ def _noisy_copy(folder: Path) -> tuple[list[dict[str, Any]], set[str]]:
 
 
 def ensemble_markdown(figures: dict[str, Any]) -> str:
-    """Each rule on each run's probabilities and on their mean, a row per noisy copy."""
+    """Each rule on each run's probabilities and on their mean, a row per noisy copy (the
+    rules the figures were scored under: a record from before a rule was added lacks it)."""
+    rules_scored = list(figures["results"][0]["mean"]) if figures["results"] else list(FILTERS)
     lines = [
         "Label audits of the same noisy copies by "
         + " and ".join(f"`{run}`" for run in figures["runs"])
         + ": each cleanlab rule on each audit's out-of-sample probabilities and on their mean "
         "(precision / recall, documents flagged).",
         "",
-        "| noisy copy | probabilities | " + " | ".join(f"`{rule}`" for rule in FILTERS) + " |",
-        "|---|---|" + "---|" * len(FILTERS),
+        "| noisy copy | probabilities | " + " | ".join(f"`{r}`" for r in rules_scored) + " |",
+        "|---|---|" + "---|" * len(rules_scored),
     ]
     for result in figures["results"]:
         mean = f"mean of the {len(result['members'])}"
@@ -325,7 +327,7 @@ def ensemble_markdown(figures: dict[str, Any]) -> str:
         for source, rules in rows:
             cells = [
                 f"{_share(f['precision'])} / {_share(f['recall'])} ({f['flagged']})"
-                for f in (rules[rule] for rule in FILTERS)
+                for f in (rules[rule] for rule in rules_scored)
             ]
             lines.append(f"| {result['copy']} | {source} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

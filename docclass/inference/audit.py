@@ -6,7 +6,10 @@ that never trained on it. The documents are cut into k folds stratified by label
 when it names one) on the other folds, a share of them carved off for validation (early
 stopping, the temperature), and is tested on the fold. Confident learning (cleanlab's
 ``find_label_issues``) flags the documents whose label the out-of-sample probabilities
-confidently contradict, and ranks them by the probability of their given label.
+confidently contradict, and ranks them by the probability of their given label (or, under
+``--filter_by calibrated_count_by_self_confidence``, flags cleanlab's calibrated count of them
+by that probability alone). ``--with_audits`` first averages each document's probabilities with
+finished audits of the same documents by other configs.
 
 The test split is never read, so it stays untouched for ``--retrain``: the config trained once
 on its whole split and once without the flagged documents, both scored on test.
@@ -149,7 +152,8 @@ def fit_run(config: str, fit_args: list[str], split: dict[str, list[str]], run_d
     previous = written if metrics.is_file() else asked
     if (metrics.is_file() or asked.is_file()) and read_json(previous) != split:
         raise ConfigError(
-            f"{run_dir}: was trained on another split (another plan or --filter_by), or its "
+            f"{run_dir}: was trained on another split (another plan, --filter_by or "
+            "--with_audits), or its "
             "split is unknown; delete that folder to train it again"
         )
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -323,6 +327,13 @@ def finished_audit_probabilities(folder: Path, plan: dict[str, Any]) -> dict[str
                 f"weights; run docclass audit --out {folder} again to finish it"
             )
         probs.update(zip(facts["ids"], facts["probs"], strict=True))
+    ours = {doc_id for split in plan["fold_splits"] for doc_id in split["test"]}
+    if set(probs) != ours:
+        raise ConfigError(
+            f"--with_audits {folder}: its folds scored {len(set(probs) - ours)} documents this "
+            f"audit lacks and missed {len(ours - set(probs))} it has; give an audit of the same "
+            "documents"
+        )
     return probs
 
 
@@ -360,8 +371,11 @@ def find_label_issues(
     quality = get_label_quality_scores(given, probs, method="self_confidence")
     if filter_by == SELF_CONFIDENCE_RULE:
         count = num_label_issues(given, probs, estimation_method="off_diagonal_calibrated")
+        # As under cleanlab's other rules, a document whose most probable class is its given
+        # label is never flagged: it would be "suggested" the label it has.
+        candidates = np.flatnonzero(probs.argmax(axis=1) != given)
         # Stable: equal scores keep the documents' order, so a rerun flags the same ones.
-        return np.argsort(quality, kind="stable")[:count], quality
+        return candidates[np.argsort(quality[candidates], kind="stable")][:count], quality
     # n_jobs 1: no pool of processes forked from one holding torch's threads.
     ranked = cleanlab_issues(
         given, probs, filter_by=filter_by, return_indices_ranked_by="self_confidence", n_jobs=1
@@ -430,6 +444,13 @@ def _read_or_write_plan(
     out.mkdir(parents=True, exist_ok=True)
     write_json_file(path, plan)
     return plan
+
+
+def _accuracy(
+    pool: dict[str, tuple[str, str]], names: list[str], by_id: dict[str, tuple[int, list[float]]]
+) -> float:
+    """The share of audited documents whose most probable class is their given label."""
+    return float(np.mean([int(np.argmax(by_id[i][1])) == names.index(pool[i][1]) for i in pool]))
 
 
 def _flagged_entries(
@@ -564,20 +585,50 @@ def _by_class(
 
 def _other_audits(
     folders: list[str], out_dir: Path, plan: dict[str, Any]
-) -> list[tuple[Path, tuple[dict[str, Any], dict[str, list[float]]]]]:
+) -> list[tuple[Path, dict[str, Any], dict[str, list[float]]]]:
     """Each ``--with_audits`` folder with its plan and probabilities, checked before any fold
     trains (a wrong folder is refused at once, not after hours of training)."""
-    resolved = [Path(folder).resolve() for folder in folders]
-    if out_dir.resolve() in resolved or len(set(resolved)) != len(resolved):
-        raise ConfigError(
-            f"--with_audits {folders}: names this audit's own --out or one folder twice, which "
-            "would count the same probabilities twice; give each other audit once"
-        )
+    seen: set[Path] = {out_dir.resolve()}
     others = []
     for folder in map(Path, folders):
+        if folder.resolve() in seen:
+            raise ConfigError(
+                f"--with_audits {folder}: is this audit's own --out or is named twice, which "
+                "would count the same probabilities twice; give each other audit once"
+            )
+        seen.add(folder.resolve())
         probs = finished_audit_probabilities(folder, plan)  # refuses a folder with no plan
-        others.append((folder, (read_json(folder / PLAN), probs)))
+        others.append((folder, read_json(folder / PLAN), probs))
     return others
+
+
+def _fold_weights(out: Path, plan: dict[str, Any]) -> list[str]:
+    """The weights fingerprint each fold of an audit was scored by."""
+    return [
+        read_json(out / "folds" / f"fold-{fold}" / OUT_OF_SAMPLE)["weights"]
+        for fold in range(len(plan["fold_splits"]))
+    ]
+
+
+def _with_audits_summary(
+    others: list[tuple[Path, dict[str, Any], dict[str, list[float]]]], out_dir: Path,
+    plan: dict[str, Any],
+) -> list[dict[str, Any]]:  # fmt: skip
+    """What each other audit was (config, its fit arguments, its folds' weights), refusing one
+    scored by this audit's own weights: a copy of this audit would count them twice."""
+    own = set(_fold_weights(out_dir, plan))
+    described = []
+    for folder, other_plan, _ in others:
+        weights = _fold_weights(folder, other_plan)
+        if own & set(weights):
+            raise ConfigError(
+                f"--with_audits {folder}: was scored by the same weights as this audit (a copy "
+                "of it), which would count its probabilities twice; give an audit by another "
+                "config or other --fit_args"
+            )
+        described.append({"out": str(folder), "config": other_plan["config"],
+                          "fit_args": other_plan["fit_args"], "fold_weights": weights})  # fmt: skip
+    return described
 
 
 def audit_command(
@@ -605,7 +656,9 @@ def audit_command(
         folds: how many folds; each document is held out by one.
         fit_args: more ``docclass fit`` arguments for every run, as a JSON list (e.g.
             '["--trainer.accelerator", "gpu"]' or a data.source override).
-        filter_by: cleanlab's rule for flagging (its find_label_issues).
+        filter_by: the rule for flagging: one of cleanlab's find_label_issues rules, or
+            calibrated_count_by_self_confidence (cleanlab's calibrated count of wrong labels,
+            the lowest probabilities of the given label first).
         retrain: also train the config on its split with and without the flagged documents
             and report both on test.
         report_documents: the page explains at most this many flagged documents (the most
@@ -635,17 +688,20 @@ def audit_command(
     plan = _read_or_write_plan(out_dir, settings, pool, datamodule)
     others = _other_audits(with_audits or [], out_dir, plan)
     scored = _fold_probabilities(plan, out_dir, config, fit_args, pool, device)
-    by_id = averaged_with(scored["by_id"], [probs for _, (_, probs) in others])
+    described = _with_audits_summary(others, out_dir, plan)
+    by_id = averaged_with(scored["by_id"], [probs for _, _, probs in others])
     splits = {i: s for s in ("train", "val") for i in datamodule.splits[s]["id"]}
-    entries, accuracy = _flagged_entries(pool, splits, names, by_id, filter_by)
+    entries, averaged_accuracy = _flagged_entries(pool, splits, names, by_id, filter_by)
+    # This config's own accuracy; the averaged one is reported beside it.
+    accuracy = _accuracy(pool, names, scored["by_id"])
     write_audit_csv(entries, out_dir / AUDIT_CSV)
     summary = {
         "config": config, "fit_args": fit_args, "documents": len(pool), "folds": folds,
         "filter_by": filter_by, "flagged": len(entries), "out_of_sample_accuracy": accuracy,
         "fold_figures": scored["folds"], "by_class": _by_class(pool, names, entries),
         "label_names": names, "retrain": None,
-        "with_audits": [{"out": str(folder), "config": plan_of["config"]}
-                        for folder, (plan_of, _) in others],
+        "with_audits": described,
+        "averaged_out_of_sample_accuracy": averaged_accuracy if others else None,
     }  # fmt: skip
     if retrain:
         flagged = {e["id"] for e in entries}

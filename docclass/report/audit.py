@@ -84,8 +84,9 @@ def write_audit_report(
         records: their explanation records, same order, by the model that did not train on
             them, each with its ``audit_contrast`` of the suggested class against the given.
         summary: what the page's heading says: ``documents`` audited, ``folds``, ``filter_by``,
-            ``flagged``, ``out_of_sample_accuracy``, per-class counts ``by_class`` and, after a
-            re-training, ``retrain``.
+            ``flagged``, ``out_of_sample_accuracy``, per-class counts ``by_class``, after a
+            re-training ``retrain``, and the other audits averaged in, ``with_audits`` (with
+            ``averaged_out_of_sample_accuracy``).
         out_dir: folder to write into (created).
         method: the word-score method of the contrasts, and why; the document pages open on it.
         documents_dir: sub-folder of the document pages.

@@ -6,7 +6,6 @@ import json
 import os
 import random
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -257,7 +256,33 @@ def test_the_self_confidence_rule_counts_with_the_calibrated_joint():
     assert len(ranked) == num_label_issues(
         given, probs, estimation_method="off_diagonal_calibrated"
     ) > num_label_issues(given, probs)  # fmt: skip
-    assert list(ranked) == list(np.argsort(quality, kind="stable")[: len(ranked)])
+    # The lowest probabilities of the given label, among documents whose most probable class
+    # is another one.
+    candidates = np.flatnonzero(probs.argmax(axis=1) != given)
+    lowest = candidates[np.argsort(quality[candidates], kind="stable")]
+    assert list(ranked) == list(lowest[: len(ranked)])
+
+
+def test_the_self_confidence_rule_never_flags_a_document_whose_label_is_its_top_class():
+    pytest.importorskip("cleanlab")
+    # Blurred probabilities and many flips: the count reaches given-label probabilities of
+    # about 0.37, above three unsure documents whose label is still their most probable class.
+    rng = np.random.default_rng(0)
+    true = np.repeat(np.arange(3), 100)
+    logits = rng.normal(0, 1, (300, 3))
+    logits[np.arange(300), true] += 1.5
+    probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    given = true.copy()
+    for i in rng.choice(300, 80, replace=False):
+        given[i] = (true[i] + 1) % 3
+    unsure = [i for i in range(300) if given[i] == true[i] and i % 50 == 7][:3]
+    for i in unsure:
+        probs[i] = 0.33
+        probs[i, given[i]] = 0.34
+    ranked, quality = audit.find_label_issues(given, probs, audit.SELF_CONFIDENCE_RULE)
+    assert max(quality[unsure]) < quality[ranked].max()  # low enough to be taken by score
+    assert not set(unsure) & set(ranked)
+    assert all(probs[i].argmax() != given[i] for i in ranked)
 
 
 def test_csv_lists_each_flagged_document_with_both_labels(tmp_path):
@@ -426,59 +451,73 @@ def test_an_audit_averaged_with_another_of_the_same_documents(
 ):
     pytest.importorskip("cleanlab")
     folder, _ = noisy_corpus
-    fit_args = json.dumps([
-        "--data.source", str(folder / "corpus.jsonl"), "--data.max_docs_per_class", "null",
-        "--data.max_tokens", "256", "--trainer.callbacks=[]", "--model.n_layers", "0",
-        "--trainer.max_epochs", "2",
-    ])  # fmt: skip
+
+    def fit_args(epochs):
+        return json.dumps([
+            "--data.source", str(folder / "corpus.jsonl"), "--data.max_docs_per_class", "null",
+            "--data.max_tokens", "256", "--trainer.callbacks=[]", "--model.n_layers", "0",
+            "--trainer.max_epochs", str(epochs),
+        ])  # fmt: skip
+
     first, second = tmp_path / "first", tmp_path / "second"
-    base = ["audit", "--config", TINY, "--folds", "2", "--fit_args", fit_args]
-    main([*base, "--out", str(first)])
-    # The second audit's folds are the first's, copied: nothing trains again.
-    shutil.copytree(first, second)
-    monkeypatch.setattr(audit, "run_child", lambda *_, **__: pytest.fail("trained again"))
-    # The other audit's fold-0 probabilities all uniform: the mean moves halfway to uniform.
-    scored = first / "folds" / "fold-0" / audit.OUT_OF_SAMPLE
-    facts = json.loads(scored.read_text())
-    uniform = [[1 / len(row)] * len(row) for row in facts["probs"]]
-    scored.write_text(json.dumps({**facts, "probs": uniform}))
+    base = ["audit", "--config", TINY, "--folds", "2"]
+    main([*base, "--out", str(first), "--fit_args", fit_args(2)])
+    # Another recipe's audit of the same documents (here: more epochs).
+    main([*base, "--out", str(second), "--fit_args", fit_args(3)])
+    rule = ["--filter_by", "calibrated_count_by_self_confidence"]
     with_first = ["--with_audits", json.dumps([str(first)])]
-    main(
-        [
-            *base,
-            "--out",
-            str(second),
-            *with_first,
-            "--filter_by",
-            "calibrated_count_by_self_confidence",
-        ]
-    )
+    main([*base, "--out", str(second), "--fit_args", fit_args(3), *with_first, *rule])
     summary = json.loads((second / "audit.json").read_text())
-    assert summary["with_audits"] == [{"out": str(first), "config": TINY}]
-    own = dict(zip(facts["ids"], facts["probs"], strict=True))
+    [other] = summary["with_audits"]
+    assert (other["out"], other["config"], len(other["fold_weights"])) == (str(first), TINY, 2)
     names = summary["label_names"]
+    probs, fold_of = {}, {}
+    for audited in (first, second):
+        for fold in (0, 1):
+            facts = json.loads(
+                (audited / "folds" / f"fold-{fold}" / audit.OUT_OF_SAMPLE).read_text()
+            )
+            for doc_id, row in zip(facts["ids"], facts["probs"], strict=True):
+                probs.setdefault(doc_id, []).append(row)
+                fold_of[doc_id] = fold
     with (second / "audit.csv").open() as handle:
         rows = list(csv.DictReader(handle))
-    in_fold_0 = [row for row in rows if row["id"] in own]
-    assert in_fold_0, "no flagged document of fold 0 to check"
-    for row in in_fold_0:
-        mean = (own[row["id"]][names.index(row["given_label"])] + 1 / len(names)) / 2
-        assert float(row["p_given"]) == pytest.approx(mean, abs=5e-5)  # written to 4 places
-    assert 'id="with-audits"' in (second / "report" / "index.html").read_text()
+    assert rows, "nothing flagged to check"
+    for row in rows:
+        mean = np.mean(probs[row["id"]], axis=0)
+        assert float(row["p_given"]) == pytest.approx(
+            mean[names.index(row["given_label"])], abs=1e-6
+        )
+        assert row["suggested_label"] == names[int(mean.argmax())] != row["given_label"]
+        assert int(row["fold"]) == fold_of[row["id"]]  # explained by the model that held it out
+    page = (second / "report" / "index.html").read_text()
+    assert 'id="with-audits"' in page and 'id="averaged-accuracy"' in page
 
-    # Refused in one line, before any fold is touched: its own folder, a folder with no
-    # audit, an audit of other documents, another audit's fold scored by other weights or
-    # unfinished.
+    # Refused in one line before any fold trains (a fresh --out, training forbidden): its own
+    # folder or one named twice, a folder with no audit, an audit of other documents or of the
+    # classes in another order, another audit's fold scored by other weights or unfinished.
+    monkeypatch.setattr(audit, "run_child", lambda *_, **__: pytest.fail("trained"))
+    third = tmp_path / "third"
     plan_file = first / audit.PLAN
     plan = json.loads(plan_file.read_text())
+    scored = first / "folds" / "fold-0" / audit.OUT_OF_SAMPLE
+    facts = json.loads(scored.read_text())
+
+    def write_plan(**changed):
+        plan_file.write_text(json.dumps({**plan, **changed}))
+
     cases = [
-        ([str(second)], "names this audit's own --out", lambda: None),
+        ([str(third)], "is this audit's own --out or is named twice", lambda: None),
+        ([str(second), str(second)], "is this audit's own --out or is named twice", lambda: None),
         ([str(tmp_path)], "holds no audit", lambda: None),
         ([str(first)], "audited other documents and labels",
-         lambda: plan_file.write_text(json.dumps({**plan, "documents and labels": "x"}))),
+         lambda: write_plan(**{"documents and labels": "x"})),
+        ([str(first)], "audited other label_names",
+         lambda: write_plan(label_names=plan["label_names"][::-1])),
         ([str(first)], "fold 0 is unfinished or was scored by other weights",
-         lambda: (plan_file.write_text(json.dumps(plan)),
-                  scored.write_text(json.dumps({**facts, "weights": "other"})))),
+         lambda: (write_plan(), scored.write_text(json.dumps({**facts, "weights": "other"})))),
+        ([str(first)], "fold 0 is unfinished or was scored by other weights",
+         lambda: scored.write_text(json.dumps({**facts, "ids": facts["ids"][::-1]}))),
         ([str(first)], "fold 1 is unfinished",
          lambda: (scored.write_text(json.dumps(facts)),
                   (first / "folds" / "fold-1" / audit.OUT_OF_SAMPLE).unlink())),
@@ -487,9 +526,10 @@ def test_an_audit_averaged_with_another_of_the_same_documents(
         change()
         capsys.readouterr()
         with pytest.raises(SystemExit) as stopped:
-            main([*base, "--out", str(second), "--with_audits", json.dumps(others)])
+            main([*base, "--out", str(third), "--fit_args", fit_args(2),
+                  "--with_audits", json.dumps(others)])  # fmt: skip
         line = capsys.readouterr().err.strip()
-        assert stopped.value.code == 2 and message in line and "\n" not in line
+        assert stopped.value.code == 2 and message in line and "\n" not in line, line
 
 
 def _children(pid):

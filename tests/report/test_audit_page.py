@@ -107,11 +107,16 @@ def test_audit_page_says_how_it_flagged_and_whose_probabilities(tmp_path):
     assert "confidently gives another class" in how and "with-audits" not in how
     summary["filter_by"] = "calibrated_count_by_self_confidence"
     summary["with_audits"] = [{"out": "a", "config": "m<1>.yaml"}, {"out": "b", "config": "s.yaml"}]
+    summary["averaged_out_of_sample_accuracy"] = 0.95
     page = write_audit_report([ENTRY], [record], summary, tmp_path / "b", UNMEASURED).read_text()
     how = re.search(r'id="how-flagged">(.*?)</p>', page, re.S).group(1)
     assert "given label got the lowest probability" in how and "confidently gives" not in how
     assert "mean of this audit's and 2 other audits" in how
     assert "<code>m&lt;1&gt;.yaml</code>, <code>s.yaml</code>" in how and "m<1>" not in page
+    assert "0.950" in re.search(r'id="averaged-accuracy">(.*?)</div>', page).group(1)
+    summary["with_audits"] = summary["with_audits"][:1]
+    page = write_audit_report([ENTRY], [record], summary, tmp_path / "c", UNMEASURED).read_text()
+    assert "mean of this audit's and 1 other audit of" in page
 
 
 def test_audit_page_says_when_it_shows_only_the_first_flagged(tmp_path):

@@ -696,7 +696,7 @@ def test_audit_page_in_chromium(browser, report, tmp_path):
     summary = {"config": "<b>x</b>.yaml", "documents": 40, "folds": 2, "flagged": 2,
                "filter_by": "prune_by_noise_rate", "out_of_sample_accuracy": 0.9,
                "by_class": [{"label": n, "documents": 10, "flagged": 1} for n in LABELS],
-               "retrain": None}  # fmt: skip
+               "retrain": None, "with_audits": []}  # fmt: skip
     index = write_audit_report(flagged, records, summary, tmp_path / "audit", default_method(None))
     page, problems, dialogs = open_page(browser, index)
     assert page.evaluate("window.pwned") is None and dialogs == []
