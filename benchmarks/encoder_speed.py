@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,18 @@ def _inference_tokens_per_s(forward, batches: list[dict[str, torch.Tensor]]) -> 
             forward(batch)
             real += int(batch["attention_mask"].sum())
     return real / (time.perf_counter() - started)
+
+
+def bert_training_step(theirs, smoothing: float) -> Callable[[dict], torch.Tensor]:
+    """The loss of a BertForSequenceClassification on a batch, smoothed as docclass trains."""
+
+    def step(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        logits = theirs(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"].long()
+        ).logits
+        return F.cross_entropy(logits.float(), batch["labels"], label_smoothing=smoothing)
+
+    return step
 
 
 def encoder_speed(
@@ -53,11 +66,7 @@ def encoder_speed(
     def our_step(batch):
         return ours._shared_step(batch)[0]
 
-    def their_step(batch):
-        logits = theirs(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"].long()
-        ).logits
-        return F.cross_entropy(logits.float(), batch["labels"], label_smoothing=smoothing)
+    their_step = bert_training_step(theirs, smoothing)
 
     sides = {
         "docclass": (our_step, ours, lambda b: ours.model(b["input_ids"], b["attention_mask"])),

@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import itertools
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks.throughput import load_config_datamodule
+from benchmarks.encoder_speed import bert_training_step
+from benchmarks.throughput import _train_steps, load_config_datamodule
 from benchmarks.training_flops import CPU_ATTENTION_FLOPS, PEAK_BF16_TFLOPS
 from docclass.artifacts.encoders import locate_encoder
 from docclass.nn.windows import window_layout
@@ -61,29 +60,6 @@ def window_rows(batch: dict[str, torch.Tensor], window: int, overlap: int = 0) -
         "attention_mask": layout.row_mask,
         "labels": batch["labels"][document_of_row],
     }
-
-
-def _timed_steps(step: Step, parameters: list, batches: list[dict], device: torch.device,
-                 bf16: bool) -> tuple[float, int]:  # fmt: skip
-    """Seconds for one optimiser step per batch (AdamW, clipped as training clips) and the real
-    tokens those batches hold (counted before the clock starts: a count inside the loop would
-    wait for the GPU every step)."""
-    optimizer = torch.optim.AdamW(parameters, lr=1e-5, weight_decay=0.01)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
-    real = sum(int(batch["attention_mask"].sum()) for batch in batches)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    started = time.perf_counter()
-    for batch in batches:
-        with autocast:
-            loss = step(batch)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(parameters, 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - started, real
 
 
 def _counted_flops(step: Step, batches: list[dict], device: torch.device, bf16: bool) -> int:
@@ -155,11 +131,7 @@ def gpu_encoder_speed(
     def our_step(batch):
         return ours._shared_step(batch)[0]
 
-    def their_step(batch):
-        logits = theirs(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"].long()
-        ).logits
-        return F.cross_entropy(logits.float(), batch["labels"], label_smoothing=smoothing)
+    their_step = bert_training_step(theirs, smoothing)
 
     ours.train()
     theirs.train()
@@ -179,7 +151,7 @@ def gpu_encoder_speed(
         # Batches differ in shape: marked dynamic after the first recompile, and a limit high
         # enough that no side falls back to eager unseen (for this call only).
         with torch._dynamo.config.patch(cache_size_limit=64):
-            figures[mode] = _rounds(sides, target, bf16, rounds, flops, peak)
+            figures[mode] = _rounds(sides, target, precision, rounds, flops, peak)
         if progress is not None:
             progress(figures)
     if compile_models:
@@ -223,21 +195,23 @@ def _what_was_run(config_path, device, precision, rounds, datamodule, sides, flo
     }
 
 
-def _rounds(sides: dict, device: torch.device, bf16: bool, rounds: int, flops: dict,
+def _rounds(sides: dict, device: torch.device, precision: str, rounds: int, flops: dict,
             peak: float | None) -> dict[str, Any]:  # fmt: skip
     """One untimed pass per side, then ``rounds`` timed passes alternating which side goes
     first, so drift in the machine's speed hits both alike."""
     warm: dict[str, float] = {}
     for name, (step, model, batches) in sides.items():
         # One pass first: kernels chosen, memory pooled, and under compile every shape traced.
-        warm[name] = _timed_steps(step, list(model.parameters()), batches, device, bf16)[0]
+        run = _train_steps(step, list(model.parameters()), batches, device, precision)
+        warm[name] = run["seconds"]
     seconds: dict[str, list[float]] = {name: [] for name in sides}
     real: dict[str, int] = {}
     for index in range(rounds):
         order = list(sides.items())[:: 1 if index % 2 == 0 else -1]
         for name, (step, model, batches) in order:
-            took, real[name] = _timed_steps(step, list(model.parameters()), batches, device, bf16)
-            seconds[name].append(took)
+            run = _train_steps(step, list(model.parameters()), batches, device, precision)
+            seconds[name].append(run["seconds"])
+            real[name] = run["real_tokens"]
     return {"first_pass_s": {n: round(s, 2) for n, s in warm.items()},
             **mode_figures(seconds, real, flops, peak)}  # fmt: skip
 
