@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +22,16 @@ from typing import Any
 
 import numpy as np
 
-from docclass.inference.audit import FILTERS, OUT_OF_SAMPLE, PLAN, find_label_issues, fit_run
+from docclass.inference.audit import (
+    AUDIT_CSV,
+    FILTERS,
+    OUT_OF_SAMPLE,
+    PLAN,
+    SELF_CONFIDENCE_RULE,
+    SUMMARY,
+    find_label_issues,
+    fit_run,
+)
 from docclass.train.lightning_cli import datamodule_from_config
 
 
@@ -86,23 +97,79 @@ def audit_noisy_copy(
         for row in noisy:
             handle.write(json.dumps(row) + "\n")
     (folder / "flipped.json").write_text(json.dumps(sorted(flipped)))
-    fit_args = ["--data.source", str(folder / "noisy.jsonl"),
-                "--data.split_file", str(folder.parent / "split.json")]  # fmt: skip
-    command = [
-        sys.executable, "-m", "docclass.cli", "audit", "--config", config,
-        "--out", str(folder / "audit"), "--folds", str(folds), "--retrain", "true",
-        "--fit_args", json.dumps(fit_args),
-    ]  # fmt: skip
-    subprocess.run(command, check=True)
-    with (folder / "audit" / "audit.csv").open(encoding="utf-8") as handle:
-        flagged = {row["id"] for row in csv.DictReader(handle)}
-    summary = json.loads((folder / "audit" / "audit.json").read_text())
+    subprocess.run(_audit_command(config, folder, "audit", folds, "--retrain", "true"), check=True)
+    summary = json.loads((folder / "audit" / SUMMARY).read_text())
     rules = by_filter(folder / "audit", noisy, flipped)
-    scored = score_flags(flagged, flipped)
+    scored = score_flags(_flagged_ids(folder / "audit"), flipped)
     if rules[summary["filter_by"]] != scored:
         # The same rule on the same saved probabilities must flag what the audit flagged.
         raise RuntimeError(f"{folder}: by_filter disagrees with the audit's own flags")
     return {"rate": rate, **scored, "by_filter": rules, "audit": summary}
+
+
+def _audit_command(config: str, folder: Path, out: str, folds: int, *options: str) -> list[str]:
+    """``docclass audit`` of the noisy copy in ``folder`` (its own JSONL, the clean split)."""
+    fit_args = ["--data.source", str(folder / "noisy.jsonl"),
+                "--data.split_file", str(folder.parent / "split.json")]  # fmt: skip
+    return [
+        sys.executable, "-m", "docclass.cli", "audit", "--config", config,
+        "--out", str(folder / out), "--folds", str(folds), "--fit_args", json.dumps(fit_args),
+        *options,
+    ]  # fmt: skip
+
+
+def _flagged_ids(audit_dir: Path) -> set[str]:
+    with (audit_dir / AUDIT_CSV).open(encoding="utf-8") as handle:
+        return {row["id"] for row in csv.DictReader(handle)}
+
+
+COMBINED = "audit-combined"
+
+
+def combined_audit(config: str, other_config: str, folder: Path, folds: int) -> dict[str, Any]:
+    """What a user runs with two configs (docs/audit.md): ``other_config`` audits the noisy
+    copy too (no re-training), then ``config``'s audit averages its probabilities with the
+    other's (``--with_audits``), flags by the given label's probability
+    (``calibrated_count_by_self_confidence``) and re-trains without its flags. That audit's
+    folds, and its run on the whole noisy split, are the first audit's, linked rather than
+    trained again: the same plan and split, so ``docclass audit`` reuses them as its own."""
+    other = f"audit-{Path(other_config).stem}"
+    subprocess.run(
+        _audit_command(other_config, folder, other, folds, "--retrain", "false"), check=True
+    )
+    _link_finished_runs(folder / "audit", folder / COMBINED)
+    command = _audit_command(
+        config, folder, COMBINED, folds, "--retrain", "true",
+        "--with_audits", json.dumps([str(folder / other)]),
+        "--filter_by", SELF_CONFIDENCE_RULE,
+    )  # fmt: skip
+    subprocess.run(command, check=True)
+    noisy, flipped = _noisy_copy(folder)
+    mean = ensemble_by_filter([folder / "audit", folder / other], noisy, flipped)
+    scored = score_flags(_flagged_ids(folder / COMBINED), flipped)
+    if mean[SELF_CONFIDENCE_RULE] != scored:
+        # The benchmark's mean of the two audits must flag what docclass's own averaging did.
+        raise RuntimeError(f"{folder / COMBINED}: ensemble_by_filter disagrees with its flags")
+    summary = json.loads((folder / COMBINED / SUMMARY).read_text())
+    return {
+        "with_config": other_config, **scored, "audit": summary,
+        "by_filter_other": by_filter(folder / other, noisy, flipped), "by_filter_mean": mean,
+    }  # fmt: skip
+
+
+def _link_finished_runs(audit_dir: Path, combined: Path) -> None:
+    """``combined`` starts as the plan, the folds and the whole-split run of ``audit_dir``
+    (hard links: nothing is copied, and docclass replaces rather than edits a file it
+    rewrites); left as it is when it holds a plan already (a resumed benchmark)."""
+    if (combined / PLAN).is_file():
+        return
+    combined.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(audit_dir / "folds", combined / "folds", copy_function=os.link)
+    baseline = audit_dir / "retrain" / "baseline"
+    if (baseline / "metrics.json").is_file():
+        shutil.copytree(baseline, combined / "retrain" / "baseline", copy_function=os.link)
+    # The plan last: a copy stopped half-way is not taken for a finished one.
+    shutil.copy2(audit_dir / PLAN, combined / PLAN)
 
 
 def by_filter(
@@ -168,10 +235,12 @@ def _rules_scored(
 
 
 def planted_noise(
-    config: str, out: Path, rates: list[float], seeds: list[int] | None = None, folds: int = 5
-) -> dict[str, Any]:
+    config: str, out: Path, rates: list[float], seeds: list[int] | None = None, folds: int = 5,
+    with_config: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """The clean run and one audit per noise rate and flip seed, with every figure the issue
-    asks for (the training seed stays the config's: the seeds draw other flips)."""
+    asks for (the training seed stays the config's: the seeds draw other flips); with
+    ``with_config``, each copy's :func:`combined_audit` too."""
     # One audit per distinct seed: a repeated one would count the same run twice.
     seeds = list(dict.fromkeys(seeds or [0]))
     corpus = write_corpus(config, out)
@@ -184,9 +253,20 @@ def planted_noise(
             folder = out / (f"noise-{rate:.2f}" + (f"-seed{seed}" if seed else ""))
             result = audit_noisy_copy(config, corpus, folder, rate, seed, folds)
             results.append({"seed": seed, **result, **_test_figures(clean, result)})
-            print(json.dumps({k: v for k, v in results[-1].items() if k != "audit"}), flush=True)
+            if with_config:
+                combined = combined_audit(config, with_config, folder, folds)
+                results[-1]["combined"] = {**combined, **_test_figures(clean, combined)}
+            print(json.dumps(_without_summaries(results[-1])), flush=True)
     return {"config": config, "seeds": seeds, "folds": folds, "clean": clean,
-            "results": results}  # fmt: skip
+            "with_config": with_config, "results": results}  # fmt: skip
+
+
+def _without_summaries(result: dict[str, Any]) -> dict[str, Any]:
+    """A run's figures for the log, without the audits' whole summaries."""
+    shown = {k: v for k, v in result.items() if k != "audit"}
+    if "combined" in shown:
+        shown["combined"] = _without_summaries(shown["combined"])
+    return shown
 
 
 def _test_figures(clean: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
@@ -210,17 +290,48 @@ def _share(value: float | None) -> str:
 
 
 def label_audit_markdown(figures: dict[str, Any]) -> str:
-    """The planted-noise table: a row per rate and flip seed, then each rate's mean ± sd."""
+    """The planted-noise table: a row per rate and flip seed, then each rate's mean ± sd; with
+    a second config, the same for the combined audits and the rules on the mean."""
     lines = [
         f"Planted label noise on `{figures['config']}` ({figures['folds']} folds, flip seeds "
         f"{', '.join(map(str, figures['seeds']))}; test accuracy on clean labels "
         f"{figures['clean']['accuracy']:.4f}).",
         "",
+        *_runs_table(figures["results"]),
+    ]
+    lines += _filter_table(figures["results"])
+    lines += _spreads(figures["results"])
+    combined = [{"rate": r["rate"], "seed": r["seed"], **r["combined"]}
+                for r in figures["results"] if r.get("combined")]  # fmt: skip
+    if combined:
+        other = f"`{combined[0]['with_config']}`"
+        lines += [
+            "",
+            f"With {other} auditing the same copies: `docclass audit --with_audits` (the two "
+            f"configs' probabilities averaged), `--filter_by {SELF_CONFIDENCE_RULE}`, "
+            f"`--retrain true` (re-trained: `{figures['config']}`).",
+            "",
+            *_runs_table(combined),
+        ]
+        lines += _spreads(combined)
+        lines += _filter_table(
+            [{**r, "by_filter": r["by_filter_other"]} for r in combined],
+            f"{other}'s own out-of-sample probabilities",
+        )
+        lines += _filter_table(
+            [{**r, "by_filter": r["by_filter_mean"]} for r in combined],
+            "The mean of the two configs' out-of-sample probabilities",
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _runs_table(results: list[dict[str, Any]]) -> list[str]:
+    lines = [
         "| noise | flip seed | flipped | flagged | precision | recall | test acc. noisy "
         "| without flagged | recovered (test documents lost → won back) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in figures["results"]:
+    for r in results:
         recovered = "—" if r["recovered"] is None else f"{r['recovered']:.2f}"
         lines.append(
             f"| {r['rate']:.0%} | {r['seed']} | {r['flipped']} | {r['flagged']} | "
@@ -228,9 +339,14 @@ def label_audit_markdown(figures: dict[str, Any]) -> str:
             f"{r['cleaned_accuracy']:.4f} | {recovered} ({r['cost_documents']} → "
             f"{r['won_back_documents']}) |"
         )
-    lines += _filter_table(figures["results"])
-    for rate in sorted({r["rate"] for r in figures["results"]}):
-        runs = [r for r in figures["results"] if r["rate"] == rate]
+    return lines
+
+
+def _spreads(results: list[dict[str, Any]]) -> list[str]:
+    """Each rate's mean ± sd over its flip seeds, where it has two or more."""
+    lines = []
+    for rate in sorted({r["rate"] for r in results}):
+        runs = [r for r in results if r["rate"] == rate]
         if len(runs) > 1:
             lines.append(
                 f"\n{rate:.0%} over {len(runs)} flip seeds: precision "
@@ -239,10 +355,12 @@ def label_audit_markdown(figures: dict[str, Any]) -> str:
                 + ", ".join(f"{r['cost_documents']} → {r['won_back_documents']}" for r in runs)
                 + "."
             )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
-def _filter_table(results: list[dict[str, Any]]) -> list[str]:
+def _filter_table(
+    results: list[dict[str, Any]], source: str = "The same out-of-sample probabilities"
+) -> list[str]:
     """Precision / recall of each cleanlab rule on the same probabilities, a row per run."""
     runs = [r for r in results if r.get("by_filter")]
     if not runs:
@@ -250,8 +368,7 @@ def _filter_table(results: list[dict[str, Any]]) -> list[str]:
     rules = list(runs[0]["by_filter"])
     lines = [
         "",
-        "The same out-of-sample probabilities under each `--filter_by` rule (precision / "
-        "recall, documents flagged):",
+        f"{source} under each `--filter_by` rule (precision / recall, documents flagged):",
         "",
         "| noise | flip seed | " + " | ".join(f"`{rule}`" for rule in rules) + " |",
         "|---|---|" + "---|" * len(rules),

@@ -5,6 +5,12 @@ and flip seed for the BBC from-scratch config on 2 CPU cores). Finished runs in 
 Example:
     python -m scripts.label_audit --config configs/bbc.yaml --rates 0.05 0.1 0.2
 
+With --with_config CONFIG, every noisy copy is audited by that config too, then by the first
+config with the two averaged (--with_audits), flagged by calibrated_count_by_self_confidence and
+re-trained: each copy's folders audit, audit-<CONFIG's name> and audit-combined. Example:
+    python -m scripts.label_audit --rates 0.1 0.2 --with_config configs/minilm-128.yaml \
+        --out reports/label-audit-combined
+
 With --ensemble RUNS RUNS…, nothing is trained: the noisy copies that every one of those runs
 folders audited are scored on the mean of their out-of-sample probabilities (written to --out).
 """
@@ -36,13 +42,19 @@ parser.add_argument(
     "--out", help="reports/label-audit, or reports/label-audit-ensemble with --ensemble"
 )
 parser.add_argument(
+    "--with_config",
+    help="a second config (e.g. configs/minilm-128.yaml) that audits every noisy copy too; then "
+    "--config's audit averaged with it, flagged by calibrated_count_by_self_confidence and "
+    "re-trained (the three commands of docs/audit.md)",
+)
+parser.add_argument(
     "--ensemble", nargs="+", help="two or more runs folders: other configs' planted-noise audits"
 )
 args = parser.parse_args()
 logging.basicConfig(level=logging.WARNING)
 datasets.disable_progress_bars()
 if args.ensemble:
-    ignored = [f"--{name}" for name in ("config", "rates", "seeds", "folds", "runs")
+    ignored = [f"--{name}" for name in ("config", "rates", "seeds", "folds", "runs", "with_config")
                if getattr(args, name) != parser.get_default(name)]  # fmt: skip
     if ignored:
         parser.error(f"--ensemble trains nothing, so {' '.join(ignored)} would be ignored: drop it")
@@ -50,7 +62,9 @@ if args.ensemble:
     figures = ensemble_runs([Path(run) for run in args.ensemble])
     table, out = ensemble_markdown(figures), Path(args.out or "reports/label-audit-ensemble")
 else:
-    figures = planted_noise(args.config, Path(args.runs), args.rates, args.seeds, args.folds)
+    figures = planted_noise(
+        args.config, Path(args.runs), args.rates, args.seeds, args.folds, args.with_config
+    )
     table, out = label_audit_markdown(figures), Path(args.out or "reports/label-audit")
 write_atomically(out.with_suffix(".json"), json.dumps(figures, indent=2) + "\n")
 write_atomically(out.with_suffix(".md"), table)

@@ -1,6 +1,7 @@
 """The benchmark's parts behave (its speed figures live in reports/, never in a test)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -299,3 +300,136 @@ def test_an_ensemble_refuses_the_options_it_would_ignore():
     )  # fmt: skip
     assert done.returncode == 2
     assert "--rates --folds would be ignored" in done.stderr.strip().splitlines()[-1]
+
+
+def test_a_combined_audit_starts_from_the_first_audit_s_finished_runs_without_touching_them(
+    tmp_path,
+):
+    from benchmarks.label_audit import _link_finished_runs
+    from docclass.files import write_atomically
+
+    audit = tmp_path / "audit"
+    for name in ("folds/fold-0/metrics.json", "folds/fold-0/checkpoints/last.ckpt",
+                 "retrain/baseline/metrics.json", "retrain/cleaned/metrics.json",
+                 "report/index.html", "audit.json", "audit.csv", "audit_plan.json"):  # fmt: skip
+        (audit / name).parent.mkdir(parents=True, exist_ok=True)
+        (audit / name).write_text(name)
+    combined = tmp_path / "audit-combined"
+    _link_finished_runs(audit, combined)
+    kept = sorted(str(p.relative_to(combined)) for p in combined.rglob("*") if p.is_file())
+    # Not the flags, the page, nor the run without the first audit's flags: those are its rule's.
+    assert kept == ["audit_plan.json", "folds/fold-0/checkpoints/last.ckpt",
+                    "folds/fold-0/metrics.json", "retrain/baseline/metrics.json"]  # fmt: skip
+    weights = combined / "folds/fold-0/checkpoints/last.ckpt"
+    assert weights.stat().st_ino == (audit / "folds/fold-0/checkpoints/last.ckpt").stat().st_ino
+    # docclass rewrites a file by replacing it, so the first audit's copy stays as it was.
+    write_atomically(combined / "folds/fold-0/metrics.json", "rewritten")
+    assert (audit / "folds/fold-0/metrics.json").read_text() == "folds/fold-0/metrics.json"
+    # A combined audit already started is resumed as it is, not linked again.
+    (audit / "folds" / "fold-1").mkdir()
+    _link_finished_runs(audit, combined)
+    assert not (combined / "folds" / "fold-1").exists()
+
+
+def test_a_combined_audit_must_flag_what_the_mean_of_the_two_audits_flags(tmp_path, monkeypatch):
+    """``docclass audit`` trains folds, too slow here: it is replaced by one that leaves the
+    folders it would (tests/inference/test_audit.py runs the real --with_audits end to end)."""
+    pytest.importorskip("cleanlab")
+    import benchmarks.label_audit as benchmark
+
+    names = ["a", "b", "c"]
+    noisy = [{"id": f"d{i:02d}", "label": names[i % 3]} for i in range(60)]
+    flipped = ["d03", "d17", "d40"]
+    true = {row["id"]: names[(names.index(row["label"]) + 1) % 3] if row["id"] in flipped
+            else row["label"] for row in noisy}  # fmt: skip
+    probs = {i: [0.9 if n == true[i] else 0.05 for n in names] for i in true}
+    copy = tmp_path / "noise-0.05"
+    _planted_audit(copy / "audit", names, probs, order_seed=0)
+    (copy / "noisy.jsonl").write_text("".join(json.dumps(row) + "\n" for row in noisy))
+    (copy / "flipped.json").write_text(json.dumps(flipped))
+    commands, flags = [], {"ids": flipped}
+
+    def audit(command, check):
+        commands.append(command)
+        out = Path(command[command.index("--out") + 1])
+        if out.name == "audit-minilm":
+            if not out.exists():  # a finished audit is reused, as docclass does
+                _planted_audit(out, names, probs, order_seed=1)
+            return
+        assert (out / "audit_plan.json").is_file()  # linked from the first audit
+        rows = [{"id": i} for i in flags["ids"]]
+        (out / "audit.csv").write_text("id\n" + "".join(f"{r['id']}\n" for r in rows))
+        (out / "audit.json").write_text(json.dumps({"retrain": None}))
+
+    monkeypatch.setattr(benchmark.subprocess, "run", audit)
+    figures = benchmark.combined_audit("c.yaml", "configs/minilm.yaml", copy, folds=2)
+    assert (figures["flagged"], figures["found"]) == (3, 3)
+    assert figures["by_filter_mean"]["calibrated_count_by_self_confidence"]["found"] == 3
+    other, combined = commands
+    assert other[other.index("--retrain") + 1] == "false"
+    assert combined[combined.index("--config") + 1] == "c.yaml"
+    assert json.loads(combined[combined.index("--with_audits") + 1]) == [str(copy / "audit-minilm")]
+    assert combined[combined.index("--filter_by") + 1] == "calibrated_count_by_self_confidence"
+    assert combined[combined.index("--retrain") + 1] == "true"
+    # Flags other than the mean's would be scored as if they were the rule's: refused.
+    flags["ids"] = ["d03", "d17", "d05"]
+    with pytest.raises(RuntimeError, match="disagrees with its flags"):
+        benchmark.combined_audit("c.yaml", "configs/minilm.yaml", copy, folds=2)
+
+
+def test_the_planted_noise_table_shows_the_combined_audits_beside_the_first():
+    from benchmarks.label_audit import label_audit_markdown
+
+    rule = {"flagged": 3, "flipped": 3, "found": 3, "precision": 1.0, "recall": 1.0}
+    run = {"rate": 0.1, "flipped": 4, "flagged": 3, "precision": 0.5, "recall": 0.5,
+           "noisy_accuracy": 0.9, "cleaned_accuracy": 0.95, "recovered": 0.5,
+           "cost_documents": 2, "won_back_documents": 1}  # fmt: skip
+    combined = {**run, "with_config": "m.yaml", "flagged": 5, "precision": 0.8,
+                "cleaned_accuracy": 0.97, "by_filter_other": {"prune_by_noise_rate": rule},
+                "by_filter_mean": {"prune_by_noise_rate": {**rule, "flagged": 9}}}  # fmt: skip
+    figures = {"config": "c.yaml", "folds": 5, "seeds": [0, 1], "clean": {"accuracy": 0.97},
+               "results": [{**run, "seed": s, "combined": {**combined, "precision": p}}
+                           for s, p in ((0, 0.8), (1, 0.9))]}  # fmt: skip
+    table = label_audit_markdown(figures)
+    first, second = table.split("With `m.yaml` auditing the same copies")
+    assert "| 10% | 1 | 4 | 3 | 0.500 | 0.500 | 0.9000 | 0.9500 |" in first
+    assert "| 10% | 1 | 4 | 5 | 0.900 | 0.500 | 0.9000 | 0.9700 |" in second
+    assert "10% over 2 flip seeds: precision 0.850 ± 0.071" in second
+    assert "`m.yaml`'s own out-of-sample probabilities under each" in second
+    assert "| 10% | 0 | 1.000 / 1.000 (9) |" in second.split("The mean of the two")[1]
+
+
+def test_planted_noise_combines_each_copy_s_audit_with_the_second_config(tmp_path, monkeypatch):
+    """The glue alone: training and auditing are replaced by what they would return."""
+    import benchmarks.label_audit as benchmark
+
+    calls = []
+    audited = {"flipped": 9, "flagged": 9, "found": 8, "precision": 8 / 9, "recall": 8 / 9}
+    retrain = {"baseline": {"accuracy": 0.90}, "cleaned": {"accuracy": 0.95}}
+
+    def audit_copy(config, corpus, folder, rate, seed, folds):
+        folder.mkdir(parents=True, exist_ok=True)
+        return {"rate": rate, **audited, "audit": {"retrain": retrain}}
+
+    def combined(config, other, folder, folds):
+        calls.append((config, other, folder.name, folds))
+        return {**audited, "with_config": other, "audit": {"retrain": retrain}}
+
+    (tmp_path / "split.json").write_text("{}")
+    monkeypatch.setattr(benchmark, "write_corpus", lambda config, out: None)
+    monkeypatch.setattr(
+        benchmark, "fit_run", lambda *a: {"test": {"accuracy": 0.97, "n_documents": 200}}
+    )
+    monkeypatch.setattr(benchmark, "audit_noisy_copy", audit_copy)
+    monkeypatch.setattr(benchmark, "combined_audit", combined)
+    figures = benchmark.planted_noise("c.yaml", tmp_path, [0.1], [0, 1], 3, "m.yaml")
+    assert calls == [
+        ("c.yaml", "m.yaml", "noise-0.10", 3),
+        ("c.yaml", "m.yaml", "noise-0.10-seed1", 3),
+    ]
+    assert figures["with_config"] == "m.yaml"
+    for run in figures["results"]:
+        # The combined audit's re-training is scored against the same clean run.
+        assert run["combined"]["recovered"] == pytest.approx((0.95 - 0.90) / (0.97 - 0.90))
+        assert run["combined"]["cost_documents"] == 14
+    assert "combined" not in benchmark.planted_noise("c.yaml", tmp_path, [0.1])["results"][0]
