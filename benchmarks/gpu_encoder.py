@@ -26,10 +26,9 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks.encoder_speed import bert_training_step
+from benchmarks.encoder_speed import bert_like, bert_training_step
 from benchmarks.throughput import _train_steps, load_config_datamodule
 from benchmarks.training_flops import CPU_ATTENTION_FLOPS, PEAK_BF16_TFLOPS
-from docclass.artifacts.encoders import locate_encoder
 from docclass.nn.windows import window_layout
 from docclass.train.lit_module import DocClassifierModule
 
@@ -78,8 +77,6 @@ def _counted_flops(step: Step, batches: list[dict], device: torch.device, bf16: 
 def _sides(config_path: str | Path, device: torch.device, batch_tokens: int, cycle: int) -> tuple:
     """Both models on ``device`` from the same MiniLM weights, and each side's first ``cycle``
     batches."""
-    from transformers import BertForSequenceClassification
-
     datamodule, model_section = load_config_datamodule(config_path)
     if batch_tokens:
         datamodule.max_batch_tokens = batch_tokens
@@ -90,13 +87,7 @@ def _sides(config_path: str | Path, device: torch.device, batch_tokens: int, cyc
     window = ours.model.config.window_tokens
     if not window:
         raise ValueError(f"{config_path}: reads no encoder windows (model.window_tokens)")
-    # BERT's own config drops 10 % of its attention probabilities, which docclass's blocks do
-    # not: the same dropout on both sides, or BERT pays for work docclass skips.
-    theirs = BertForSequenceClassification.from_pretrained(
-        locate_encoder(model_section["encoder"]), num_labels=datamodule.num_classes,
-        attn_implementation="sdpa", attention_probs_dropout_prob=ours.model.config.attn_dropout,
-        hidden_dropout_prob=ours.model.config.dropout,
-    ).to(device)  # fmt: skip
+    theirs = bert_like(ours, model_section["encoder"], datamodule.num_classes).to(device)
     documents = list(itertools.islice(datamodule.train_dataloader(), cycle))
     rows = [window_rows(b, window, ours.model.config.window_overlap) for b in documents]
     return datamodule, ours, theirs, documents, rows

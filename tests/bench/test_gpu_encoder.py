@@ -49,3 +49,18 @@ def test_speeds_flops_and_the_ratio_come_from_each_side_s_median():
     assert mode_figures(seconds, real, flops, peak=None)["mfu_vs_dense_bf16_peak"] is None
     with pytest.raises(ValueError, match="different real tokens"):
         mode_figures(seconds, {"docclass": 1000, REFERENCE: 1200}, flops, peak=None)
+
+
+def test_bert_gets_docclass_s_dropout_not_its_own_config_s():
+    from benchmarks.encoder_speed import bert_like
+    from docclass.train.lit_module import DocClassifierModule
+
+    pytest.importorskip("transformers")
+    ours = DocClassifierModule(
+        vocab_size=30522, num_classes=3, encoder="minilm", dropout=0.05, attn_dropout=0.0
+    )
+    theirs = bert_like(ours, "minilm", 3)
+    # MiniLM's own config says 0.1 for both: BERT would drop attention docclass keeps.
+    assert theirs.config.attention_probs_dropout_prob == 0.0
+    assert theirs.config.hidden_dropout_prob == 0.05
+    assert theirs.num_labels == 3
