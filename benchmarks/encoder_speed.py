@@ -39,10 +39,18 @@ def bert_like(ours: DocClassifierModule, encoder: str, num_labels: int) -> torch
     blocks do not, and BERT would pay for work docclass skips."""
     from transformers import BertForSequenceClassification
 
+    config = ours.model.config
+    if config.embed_dropout != config.dropout or config.word_dropout:
+        # BERT has one rate for its embeddings and blocks, and no word dropout.
+        raise ValueError(
+            f"BERT cannot copy embed_dropout {config.embed_dropout} beside dropout "
+            f"{config.dropout}, or word_dropout {config.word_dropout}: compare a config "
+            "whose embed_dropout equals its dropout and whose word_dropout is 0"
+        )
+
     return BertForSequenceClassification.from_pretrained(
         locate_encoder(encoder), num_labels=num_labels, attn_implementation="sdpa",
-        attention_probs_dropout_prob=ours.model.config.attn_dropout,
-        hidden_dropout_prob=ours.model.config.dropout,
+        attention_probs_dropout_prob=config.attn_dropout, hidden_dropout_prob=config.dropout,
     )  # fmt: skip
 
 

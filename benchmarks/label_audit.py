@@ -99,12 +99,12 @@ def audit_noisy_copy(
     (folder / "flipped.json").write_text(json.dumps(sorted(flipped)))
     subprocess.run(_audit_command(config, folder, "audit", folds, "--retrain", "true"), check=True)
     summary = json.loads((folder / "audit" / SUMMARY).read_text())
-    rules = by_filter(folder / "audit", noisy, flipped)
-    scored = score_flags(_flagged_ids(folder / "audit"), flipped)
-    if rules[summary["filter_by"]] != scored:
-        # The same rule on the same saved probabilities must flag what the audit flagged.
+    flagged = _flagged_ids(folder / "audit")
+    if rule_flags(*out_of_sample(folder / "audit"), noisy)[summary["filter_by"]] != flagged:
+        # The same rule on the same saved probabilities must flag the same documents.
         raise RuntimeError(f"{folder}: by_filter disagrees with the audit's own flags")
-    return {"rate": rate, **scored, "by_filter": rules, "audit": summary}
+    rules = by_filter(folder / "audit", noisy, flipped)
+    return {"rate": rate, **score_flags(flagged, flipped), "by_filter": rules, "audit": summary}
 
 
 def _audit_command(config: str, folder: Path, out: str, folds: int, *options: str) -> list[str]:
@@ -145,25 +145,29 @@ def combined_audit(config: str, other_config: str, folder: Path, folds: int) -> 
     )  # fmt: skip
     subprocess.run(command, check=True)
     noisy, flipped = _noisy_copy(folder)
-    mean = ensemble_by_filter([folder / "audit", folder / other], noisy, flipped)
-    scored = score_flags(_flagged_ids(folder / COMBINED), flipped)
-    if mean[SELF_CONFIDENCE_RULE] != scored:
-        # The benchmark's mean of the two audits must flag what docclass's own averaging did.
+    flagged = _flagged_ids(folder / COMBINED)
+    names, mean = mean_probabilities([folder / COMBINED, folder / other])
+    if rule_flags(names, mean, noisy)[SELF_CONFIDENCE_RULE] != flagged:
+        # The benchmark's own mean of the two audits must flag what docclass's averaging did.
         raise RuntimeError(f"{folder / COMBINED}: ensemble_by_filter disagrees with its flags")
     summary = json.loads((folder / COMBINED / SUMMARY).read_text())
     return {
-        "with_config": other_config, **scored, "audit": summary,
-        "by_filter_other": by_filter(folder / other, noisy, flipped), "by_filter_mean": mean,
+        "with_config": other_config, **score_flags(flagged, flipped), "audit": summary,
+        "by_filter_other": by_filter(folder / other, noisy, flipped),
+        "by_filter_mean": ensemble_by_filter([folder / COMBINED, folder / other], noisy, flipped),
     }  # fmt: skip
 
 
 def _link_finished_runs(audit_dir: Path, combined: Path) -> None:
     """``combined`` starts as the plan, the folds and the whole-split run of ``audit_dir``
     (hard links: nothing is copied, and docclass replaces rather than edits a file it
-    rewrites); left as it is when it holds a plan already (a resumed benchmark)."""
+    rewrites); left as it is when it holds a plan already (a resumed benchmark), linked again
+    when it holds none (a copy stopped half-way)."""
     if (combined / PLAN).is_file():
         return
-    combined.mkdir(parents=True, exist_ok=True)
+    # Without a plan the folder holds only links from a stopped copy: start it again.
+    shutil.rmtree(combined, ignore_errors=True)
+    combined.mkdir(parents=True)
     shutil.copytree(audit_dir / "folds", combined / "folds", copy_function=os.link)
     baseline = audit_dir / "retrain" / "baseline"
     if (baseline / "metrics.json").is_file():
@@ -187,18 +191,23 @@ def ensemble_by_filter(
 ) -> dict[str, dict[str, float]]:
     """:func:`by_filter` on the mean of several audits' out-of-sample probabilities (other
     configs on the same noisy copy): whether models that err differently flag fewer sound
-    labels. Refuses audits of other documents or other classes, which would mix up rows."""
+    labels."""
     distinct = {Path(folder).resolve() for folder in audit_dirs}
     if len(audit_dirs) < 2 or len(distinct) != len(audit_dirs):
         raise ValueError(f"an ensemble needs two or more different audits, got {audit_dirs}")
+    return _rules_scored(*mean_probabilities(audit_dirs), noisy, flipped)
+
+
+def mean_probabilities(audit_dirs: list[Path]) -> tuple[list[str], dict[str, np.ndarray]]:
+    """Each document's out-of-sample probabilities averaged over the audits, by id. Refuses
+    audits of other documents or other classes, which would mix up rows."""
     audits = [out_of_sample(folder) for folder in audit_dirs]
     names, first = audits[0]
     for folder, (other_names, probs) in zip(audit_dirs[1:], audits[1:], strict=True):
         if other_names != names or set(probs) != set(first):
             raise ValueError(f"{folder}: not an audit of the same documents and classes as "
                              f"{audit_dirs[0]}")  # fmt: skip
-    mean = {i: np.mean([probs[i] for _, probs in audits], axis=0) for i in first}
-    return _rules_scored(names, mean, noisy, flipped)
+    return names, {i: np.mean([probs[i] for _, probs in audits], axis=0) for i in first}
 
 
 def out_of_sample(audit_dir: Path) -> tuple[list[str], dict[str, np.ndarray]]:
@@ -220,18 +229,25 @@ def out_of_sample(audit_dir: Path) -> tuple[list[str], dict[str, np.ndarray]]:
     return plan["label_names"], probs
 
 
-def _rules_scored(
-    names: list[str], probs: dict[str, np.ndarray], noisy: list[dict[str, Any]], flipped: set[str]
-) -> dict[str, dict[str, float]]:
+def rule_flags(
+    names: list[str], probs: dict[str, np.ndarray], noisy: list[dict[str, Any]]
+) -> dict[str, set[str]]:
+    """The ids every cleanlab ``--filter_by`` rule flags on these probabilities."""
     given_label = {row["id"]: row["label"] for row in noisy}
     ids = list(probs)
     given = np.asarray([names.index(given_label[i]) for i in ids])
     table = np.stack([probs[i] for i in ids])
-    figures = {}
-    for rule in FILTERS:
-        ranked, _ = find_label_issues(given, table, rule)
-        figures[rule] = score_flags({ids[row] for row in ranked}, flipped)
-    return figures
+    return {
+        rule: {ids[row] for row in find_label_issues(given, table, rule)[0]} for rule in FILTERS
+    }
+
+
+def _rules_scored(
+    names: list[str], probs: dict[str, np.ndarray], noisy: list[dict[str, Any]], flipped: set[str]
+) -> dict[str, dict[str, float]]:
+    return {
+        rule: score_flags(ids, flipped) for rule, ids in rule_flags(names, probs, noisy).items()
+    }
 
 
 def planted_noise(

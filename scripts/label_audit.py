@@ -62,6 +62,14 @@ if args.ensemble:
     figures = ensemble_runs([Path(run) for run in args.ensemble])
     table, out = ensemble_markdown(figures), Path(args.out or "reports/label-audit-ensemble")
 else:
+    if args.with_config and (
+        Path(args.with_config).resolve() == Path(args.config).resolve()
+        or Path(args.with_config).stem == "combined"
+    ):
+        # The same config twice would be averaged with itself; "combined" names the folder
+        # of the combined audit.
+        parser.error(f"--with_config {args.with_config}: give another config than --config, "
+                     "not named combined.yaml")  # fmt: skip
     figures = planted_noise(
         args.config, Path(args.runs), args.rates, args.seeds, args.folds, args.with_config
     )

@@ -322,13 +322,18 @@ def test_a_combined_audit_starts_from_the_first_audit_s_finished_runs_without_to
                     "folds/fold-0/metrics.json", "retrain/baseline/metrics.json"]  # fmt: skip
     weights = combined / "folds/fold-0/checkpoints/last.ckpt"
     assert weights.stat().st_ino == (audit / "folds/fold-0/checkpoints/last.ckpt").stat().st_ino
-    # docclass rewrites a file by replacing it, so the first audit's copy stays as it was.
+    # docclass rewrites a file by replacing it, so the first audit's copy stays as it was
+    # (what makes links safe here; that function's own tests are in tests/test_files.py).
     write_atomically(combined / "folds/fold-0/metrics.json", "rewritten")
     assert (audit / "folds/fold-0/metrics.json").read_text() == "folds/fold-0/metrics.json"
     # A combined audit already started is resumed as it is, not linked again.
     (audit / "folds" / "fold-1").mkdir()
     _link_finished_runs(audit, combined)
     assert not (combined / "folds" / "fold-1").exists()
+    # A copy stopped before its plan was linked is made again, whole.
+    (combined / "audit_plan.json").unlink()
+    _link_finished_runs(audit, combined)
+    assert (combined / "folds" / "fold-1").is_dir() and (combined / "audit_plan.json").is_file()
 
 
 def test_a_combined_audit_must_flag_what_the_mean_of_the_two_audits_flags(tmp_path, monkeypatch):
@@ -342,37 +347,50 @@ def test_a_combined_audit_must_flag_what_the_mean_of_the_two_audits_flags(tmp_pa
     flipped = ["d03", "d17", "d40"]
     true = {row["id"]: names[(names.index(row["label"]) + 1) % 3] if row["id"] in flipped
             else row["label"] for row in noisy}  # fmt: skip
-    probs = {i: [0.9 if n == true[i] else 0.05 for n in names] for i in true}
+
+    def confident(on):
+        return [0.9 if n == on else 0.05 for n in names]
+
+    # Both models are sure d05 ("c") is "a"; alone, the first is also wrong on two other sound
+    # labels, the second on one.
+    first = {i: confident(true[i]) for i in true}
+    first["d05"] = first["d11"] = first["d14"] = confident("a")
+    sure_c = [0.01, 0.01, 0.98]
+    second = {**first, "d08": confident("a"), "d11": sure_c, "d14": sure_c}
+    first["d08"] = sure_c
     copy = tmp_path / "noise-0.05"
-    _planted_audit(copy / "audit", names, probs, order_seed=0)
+    _planted_audit(copy / "audit", names, first, order_seed=0)
     (copy / "noisy.jsonl").write_text("".join(json.dumps(row) + "\n" for row in noisy))
     (copy / "flipped.json").write_text(json.dumps(flipped))
-    commands, flags = [], {"ids": flipped}
+    commands, flags = [], {"ids": ["d03", "d05", "d17", "d40"]}
 
     def audit(command, check):
         commands.append(command)
         out = Path(command[command.index("--out") + 1])
         if out.name == "audit-minilm":
             if not out.exists():  # a finished audit is reused, as docclass does
-                _planted_audit(out, names, probs, order_seed=1)
+                _planted_audit(out, names, second, order_seed=1)
             return
         assert (out / "audit_plan.json").is_file()  # linked from the first audit
-        rows = [{"id": i} for i in flags["ids"]]
-        (out / "audit.csv").write_text("id\n" + "".join(f"{r['id']}\n" for r in rows))
+        (out / "audit.csv").write_text("id\n" + "".join(f"{i}\n" for i in flags["ids"]))
         (out / "audit.json").write_text(json.dumps({"retrain": None}))
 
     monkeypatch.setattr(benchmark.subprocess, "run", audit)
     figures = benchmark.combined_audit("c.yaml", "configs/minilm.yaml", copy, folds=2)
-    assert (figures["flagged"], figures["found"]) == (3, 3)
-    assert figures["by_filter_mean"]["calibrated_count_by_self_confidence"]["found"] == 3
+    assert (figures["flagged"], figures["found"]) == (4, 3)
+    rule = "calibrated_count_by_self_confidence"
+    # Each alone flags its own sure mistakes too; their mean flags none of them.
+    assert figures["by_filter_other"][rule]["flagged"] == 5
+    assert figures["by_filter_mean"][rule]["flagged"] == 4
     other, combined = commands
     assert other[other.index("--retrain") + 1] == "false"
     assert combined[combined.index("--config") + 1] == "c.yaml"
     assert json.loads(combined[combined.index("--with_audits") + 1]) == [str(copy / "audit-minilm")]
-    assert combined[combined.index("--filter_by") + 1] == "calibrated_count_by_self_confidence"
+    assert combined[combined.index("--filter_by") + 1] == rule
     assert combined[combined.index("--retrain") + 1] == "true"
-    # Flags other than the mean's would be scored as if they were the rule's: refused.
-    flags["ids"] = ["d03", "d17", "d05"]
+    # Flags other than the mean's would be scored as if they were the rule's: refused, even
+    # when they count the same (4 flagged, 3 of them flips).
+    flags["ids"] = ["d03", "d08", "d17", "d40"]
     with pytest.raises(RuntimeError, match="disagrees with its flags"):
         benchmark.combined_audit("c.yaml", "configs/minilm.yaml", copy, folds=2)
 
@@ -413,7 +431,8 @@ def test_planted_noise_combines_each_copy_s_audit_with_the_second_config(tmp_pat
 
     def combined(config, other, folder, folds):
         calls.append((config, other, folder.name, folds))
-        return {**audited, "with_config": other, "audit": {"retrain": retrain}}
+        own = {"baseline": {"accuracy": 0.90}, "cleaned": {"accuracy": 0.96}}
+        return {**audited, "with_config": other, "audit": {"retrain": own}}
 
     (tmp_path / "split.json").write_text("{}")
     monkeypatch.setattr(benchmark, "write_corpus", lambda config, out: None)
@@ -430,6 +449,22 @@ def test_planted_noise_combines_each_copy_s_audit_with_the_second_config(tmp_pat
     assert figures["with_config"] == "m.yaml"
     for run in figures["results"]:
         # The combined audit's re-training is scored against the same clean run.
-        assert run["combined"]["recovered"] == pytest.approx((0.95 - 0.90) / (0.97 - 0.90))
+        assert run["recovered"] == pytest.approx((0.95 - 0.90) / (0.97 - 0.90))
+        assert run["combined"]["recovered"] == pytest.approx((0.96 - 0.90) / (0.97 - 0.90))
         assert run["combined"]["cost_documents"] == 14
     assert "combined" not in benchmark.planted_noise("c.yaml", tmp_path, [0.1])["results"][0]
+
+
+@pytest.mark.parametrize("other", ["configs/bbc.yaml", "elsewhere/combined.yaml"])
+def test_a_second_config_must_be_another_one_and_not_named_combined(other):
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    done = subprocess.run(
+        [sys.executable, "-m", "scripts.label_audit", "--with_config", other,
+         "--runs", "/nonexistent"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and "--with_config" in done.stderr

@@ -57,10 +57,20 @@ def test_bert_gets_docclass_s_dropout_not_its_own_config_s():
 
     pytest.importorskip("transformers")
     ours = DocClassifierModule(
-        vocab_size=30522, num_classes=3, encoder="minilm", dropout=0.05, attn_dropout=0.0
+        vocab_size=30522, num_classes=3, encoder="minilm", dropout=0.05, embed_dropout=0.05
     )
     theirs = bert_like(ours, "minilm", 3)
     # MiniLM's own config says 0.1 for both: BERT would drop attention docclass keeps.
     assert theirs.config.attention_probs_dropout_prob == 0.0
     assert theirs.config.hidden_dropout_prob == 0.05
     assert theirs.num_labels == 3
+    # Dropout BERT has no place for is refused, not silently left out of the comparison.
+    for other in ({"embed_dropout": 0.2}, {"word_dropout": 0.1}):
+        unlike = DocClassifierModule(
+            vocab_size=30522,
+            num_classes=3,
+            encoder="minilm",
+            **{"dropout": 0.05, "embed_dropout": 0.05, **other},
+        )
+        with pytest.raises(ValueError, match="cannot copy"):
+            bert_like(unlike, "minilm", 3)
