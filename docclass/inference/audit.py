@@ -296,10 +296,12 @@ def _fold_probabilities(
     return {"by_id": by_id, "folds": figures}
 
 
-def finished_audit_probabilities(folder: Path, plan: dict[str, Any]) -> dict[str, list[float]]:
-    """Another finished audit's out-of-sample probabilities by id, once it is known to have
-    audited exactly this audit's documents, given labels and classes (``plan``: this audit's)
-    and every fold of it was scored by that fold's tested weights."""
+def finished_audit_probabilities(
+    folder: Path, plan: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, list[float]]]:
+    """Another finished audit's plan and out-of-sample probabilities by id, once it is known to
+    have audited exactly this audit's documents, given labels and classes (``plan``: this
+    audit's) and every fold of it was scored by that fold's tested weights."""
     other = _readable(folder / PLAN)
     if other is None:
         raise ConfigError(
@@ -334,7 +336,7 @@ def finished_audit_probabilities(folder: Path, plan: dict[str, Any]) -> dict[str
             f"audit lacks and missed {len(ours - set(probs))} it has; give an audit of the same "
             "documents"
         )
-    return probs
+    return other, probs
 
 
 def averaged_with(
@@ -456,9 +458,8 @@ def _accuracy(
 def _flagged_entries(
     pool: dict[str, tuple[str, str]], splits: dict[str, str], names: list[str],
     by_id: dict[str, tuple[int, list[float]]], filter_by: str,
-) -> tuple[list[dict[str, Any]], float]:  # fmt: skip
-    """The flagged documents, most likely wrong first, and the out-of-sample accuracy.
-    ``splits``: each audited id's split."""
+) -> list[dict[str, Any]]:  # fmt: skip
+    """The flagged documents, most likely wrong first. ``splits``: each audited id's split."""
     ids = list(pool)
     given = np.asarray([names.index(pool[i][1]) for i in ids])
     probs = np.asarray([by_id[i][1] for i in ids], dtype=float)
@@ -475,7 +476,7 @@ def _flagged_entries(
                 "p_suggested": float(probs[row, suggested[row]]), "fold": by_id[doc_id][0],
             }
         )  # fmt: skip
-    return entries, float((suggested == given).mean())
+    return entries
 
 
 def write_audit_csv(entries: list[dict[str, Any]], path: Path) -> None:
@@ -597,8 +598,8 @@ def _other_audits(
                 "would count the same probabilities twice; give each other audit once"
             )
         seen.add(folder.resolve())
-        probs = finished_audit_probabilities(folder, plan)  # refuses a folder with no plan
-        others.append((folder, read_json(folder / PLAN), probs))
+        # Refuses a folder with no plan.
+        others.append((folder, *finished_audit_probabilities(folder, plan)))
     return others
 
 
@@ -691,7 +692,7 @@ def audit_command(
     described = _with_audits_summary(others, out_dir, plan)
     by_id = averaged_with(scored["by_id"], [probs for _, _, probs in others])
     splits = {i: s for s in ("train", "val") for i in datamodule.splits[s]["id"]}
-    entries, averaged_accuracy = _flagged_entries(pool, splits, names, by_id, filter_by)
+    entries = _flagged_entries(pool, splits, names, by_id, filter_by)
     # This config's own accuracy; the averaged one is reported beside it.
     accuracy = _accuracy(pool, names, scored["by_id"])
     write_audit_csv(entries, out_dir / AUDIT_CSV)
@@ -701,7 +702,7 @@ def audit_command(
         "fold_figures": scored["folds"], "by_class": _by_class(pool, names, entries),
         "label_names": names, "retrain": None,
         "with_audits": described,
-        "averaged_out_of_sample_accuracy": averaged_accuracy if others else None,
+        "averaged_out_of_sample_accuracy": _accuracy(pool, names, by_id) if others else None,
     }  # fmt: skip
     if retrain:
         flagged = {e["id"] for e in entries}

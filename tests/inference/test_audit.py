@@ -239,19 +239,26 @@ def test_the_self_confidence_rule_takes_cleanlab_s_calibrated_count_lowest_first
     assert set(ranked) <= set(flipped) | set(between)
 
 
+def _noisy_probabilities(true_class_lift: float, flips: int):
+    """300 documents of 3 classes: random logits with the true class's lifted, and ``flips``
+    given labels moved to the next class (seeded)."""
+    rng = np.random.default_rng(0)
+    true = np.repeat(np.arange(3), 100)
+    logits = rng.normal(0, 1, (300, 3))
+    logits[np.arange(300), true] += true_class_lift
+    probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    given = true.copy()
+    for i in rng.choice(300, flips, replace=False):
+        given[i] = (true[i] + 1) % 3
+    return true, given, probs
+
+
 def test_the_self_confidence_rule_counts_with_the_calibrated_joint():
     pytest.importorskip("cleanlab")
     from cleanlab.count import num_label_issues
 
     # Noisy probabilities, where cleanlab's calibrated count (16) exceeds its plain one (12).
-    rng = np.random.default_rng(0)
-    true = np.repeat(np.arange(3), 100)
-    logits = rng.normal(0, 1, (300, 3))
-    logits[np.arange(300), true] += 3
-    probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
-    given = true.copy()
-    for i in rng.choice(300, 15, replace=False):
-        given[i] = (true[i] + 1) % 3
+    true, given, probs = _noisy_probabilities(true_class_lift=3, flips=15)
     ranked, quality = audit.find_label_issues(given, probs, audit.SELF_CONFIDENCE_RULE)
     assert len(ranked) == num_label_issues(
         given, probs, estimation_method="off_diagonal_calibrated"
@@ -267,14 +274,7 @@ def test_the_self_confidence_rule_never_flags_a_document_whose_label_is_its_top_
     pytest.importorskip("cleanlab")
     # Blurred probabilities and many flips: the count reaches given-label probabilities of
     # about 0.37, above three unsure documents whose label is still their most probable class.
-    rng = np.random.default_rng(0)
-    true = np.repeat(np.arange(3), 100)
-    logits = rng.normal(0, 1, (300, 3))
-    logits[np.arange(300), true] += 1.5
-    probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
-    given = true.copy()
-    for i in rng.choice(300, 80, replace=False):
-        given[i] = (true[i] + 1) % 3
+    true, given, probs = _noisy_probabilities(true_class_lift=1.5, flips=80)
     unsure = [i for i in range(300) if given[i] == true[i] and i % 50 == 7][:3]
     for i in unsure:
         probs[i] = 0.33
@@ -490,6 +490,16 @@ def test_an_audit_averaged_with_another_of_the_same_documents(
         )
         assert row["suggested_label"] == names[int(mean.argmax())] != row["given_label"]
         assert int(row["fold"]) == fold_of[row["id"]]  # explained by the model that held it out
+    # The accuracy cards: this config's folds alone (the second audit's rows), and the mean.
+    given = {r["id"]: r["label"] for r in map(json.loads, (folder / "corpus.jsonl").open())}
+
+    def accuracy(probabilities):
+        return np.mean([names[int(np.argmax(probabilities(i)))] == given[i] for i in probs])
+
+    assert summary["out_of_sample_accuracy"] == pytest.approx(accuracy(lambda i: probs[i][1]))
+    assert summary["averaged_out_of_sample_accuracy"] == pytest.approx(
+        accuracy(lambda i: np.mean(probs[i], axis=0))
+    )
     page = (second / "report" / "index.html").read_text()
     assert 'id="with-audits"' in page and 'id="averaged-accuracy"' in page
 
