@@ -15,7 +15,6 @@ import csv
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from docclass.inference.audit import (
     SUMMARY,
     find_label_issues,
     fit_run,
+    run_child,
 )
 from docclass.train.lightning_cli import datamodule_from_config
 
@@ -97,7 +97,7 @@ def audit_noisy_copy(
         for row in noisy:
             handle.write(json.dumps(row) + "\n")
     (folder / "flipped.json").write_text(json.dumps(sorted(flipped)))
-    subprocess.run(_audit_command(config, folder, "audit", folds, "--retrain", "true"), check=True)
+    _audit(_audit_command(config, folder, "audit", folds, "--retrain", "true"))
     summary = json.loads((folder / "audit" / SUMMARY).read_text())
     flagged = _flagged_ids(folder / "audit")
     if rule_flags(*out_of_sample(folder / "audit"), noisy)[summary["filter_by"]] != flagged:
@@ -105,6 +105,14 @@ def audit_noisy_copy(
         raise RuntimeError(f"{folder}: by_filter disagrees with the audit's own flags")
     rules = by_filter(folder / "audit", noisy, flipped)
     return {"rate": rate, **score_flags(flagged, flipped), "by_filter": rules, "audit": summary}
+
+
+def _audit(command: list[str]) -> None:
+    """``docclass audit`` to its end; SIGTERM to the benchmark stops it too, and the audit
+    stops its fold (docclass's own run_child)."""
+    returncode = run_child(command)
+    if returncode:
+        raise RuntimeError(f"{' '.join(command)} exited with {returncode} (its output is above)")
 
 
 def _audit_command(config: str, folder: Path, out: str, folds: int, *options: str) -> list[str]:
@@ -134,16 +142,14 @@ def combined_audit(config: str, other_config: str, folder: Path, folds: int) -> 
     folds, and its run on the whole noisy split, are the first audit's, linked rather than
     trained again: the same plan and split, so ``docclass audit`` reuses them as its own."""
     other = f"audit-{Path(other_config).stem}"
-    subprocess.run(
-        _audit_command(other_config, folder, other, folds, "--retrain", "false"), check=True
-    )
+    _audit(_audit_command(other_config, folder, other, folds, "--retrain", "false"))
     _link_finished_runs(folder / "audit", folder / COMBINED)
     command = _audit_command(
         config, folder, COMBINED, folds, "--retrain", "true",
         "--with_audits", json.dumps([str(folder / other)]),
         "--filter_by", SELF_CONFIDENCE_RULE,
     )  # fmt: skip
-    subprocess.run(command, check=True)
+    _audit(command)
     noisy, flipped = _noisy_copy(folder)
     flagged = _flagged_ids(folder / COMBINED)
     names, mean = mean_probabilities([folder / COMBINED, folder / other])

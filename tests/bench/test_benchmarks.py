@@ -364,18 +364,19 @@ def test_a_combined_audit_must_flag_what_the_mean_of_the_two_audits_flags(tmp_pa
     (copy / "flipped.json").write_text(json.dumps(flipped))
     commands, flags = [], {"ids": ["d03", "d05", "d17", "d40"]}
 
-    def audit(command, check):
+    def audit(command):
         commands.append(command)
         out = Path(command[command.index("--out") + 1])
         if out.name == "audit-minilm":
             if not out.exists():  # a finished audit is reused, as docclass does
                 _planted_audit(out, names, second, order_seed=1)
-            return
+            return 0
         assert (out / "audit_plan.json").is_file()  # linked from the first audit
         (out / "audit.csv").write_text("id\n" + "".join(f"{i}\n" for i in flags["ids"]))
         (out / "audit.json").write_text(json.dumps({"retrain": None}))
+        return flags.get("exit", 0)
 
-    monkeypatch.setattr(benchmark.subprocess, "run", audit)
+    monkeypatch.setattr(benchmark, "run_child", audit)
     figures = benchmark.combined_audit("c.yaml", "configs/minilm.yaml", copy, folds=2)
     assert (figures["flagged"], figures["found"]) == (4, 3)
     rule = "calibrated_count_by_self_confidence"
@@ -392,6 +393,10 @@ def test_a_combined_audit_must_flag_what_the_mean_of_the_two_audits_flags(tmp_pa
     # when they count the same (4 flagged, 3 of them flips).
     flags["ids"] = ["d03", "d08", "d17", "d40"]
     with pytest.raises(RuntimeError, match="disagrees with its flags"):
+        benchmark.combined_audit("c.yaml", "configs/minilm.yaml", copy, folds=2)
+    # An audit that failed is not scored from what an earlier run left.
+    flags["exit"] = 1
+    with pytest.raises(RuntimeError, match="exited with 1"):
         benchmark.combined_audit("c.yaml", "configs/minilm.yaml", copy, folds=2)
 
 
