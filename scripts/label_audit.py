@@ -28,6 +28,7 @@ from benchmarks.label_audit import (
     label_audit_markdown,
     planted_noise,
 )
+from docclass.errors import UserError
 from docclass.files import write_atomically
 
 parser = argparse.ArgumentParser(description=__doc__)
@@ -70,9 +71,14 @@ else:
         # of the combined audit.
         parser.error(f"--with_config {args.with_config}: give another config than --config, "
                      "not named combined.yaml")  # fmt: skip
-    figures = planted_noise(
-        args.config, Path(args.runs), args.rates, args.seeds, args.folds, args.with_config
-    )
+    try:
+        figures = planted_noise(
+            args.config, Path(args.runs), args.rates, args.seeds, args.folds, args.with_config
+        )
+    except UserError as error:
+        # One line, as docclass itself ends (a SIGTERM, a failed audit): what stopped and how
+        # to resume, where a traceback would bury it.
+        parser.exit(2, f"label_audit: error: {error}\n")
     table, out = label_audit_markdown(figures), Path(args.out or "reports/label-audit")
 write_atomically(out.with_suffix(".json"), json.dumps(figures, indent=2) + "\n")
 write_atomically(out.with_suffix(".md"), table)

@@ -473,3 +473,22 @@ def test_a_second_config_must_be_another_one_and_not_named_combined(other):
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 2 and "--with_config" in done.stderr
+
+
+def test_a_planted_noise_run_that_cannot_go_on_ends_in_one_line(tmp_path):
+    # A user error (here a missing config; a SIGTERM's RunStopped takes the same path) ends the
+    # script with docclass's one line and exit code 2, not a traceback that buries the fix.
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    done = subprocess.run(
+        [sys.executable, "-m", "scripts.label_audit", "--config", "configs/missing.yaml",
+         "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "table")],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "label_audit: error: configs/missing.yaml: config not found; pass a file from configs/"
+    ]
