@@ -76,8 +76,9 @@ else:
             args.config, Path(args.runs), args.rates, args.seeds, args.folds, args.with_config
         )
     except UserError as error:
-        # One line, as docclass itself ends (a SIGTERM, a failed audit): what stopped and how
-        # to resume, where a traceback would bury it.
+        # One line, as docclass itself ends (a SIGTERM, a failed clean fit, a bad config): what
+        # stopped and how to resume, where a traceback would bury it. A failed audit child and
+        # the benchmark's own checks raise other errors and keep their tracebacks.
         parser.exit(2, f"label_audit: error: {error}\n")
     table, out = label_audit_markdown(figures), Path(args.out or "reports/label-audit")
 write_atomically(out.with_suffix(".json"), json.dumps(figures, indent=2) + "\n")
