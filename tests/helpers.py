@@ -108,6 +108,33 @@ def norms_and_gates_held(model: nn.Module):
             handle.remove()
 
 
+def embedding_offset(model: nn.Module) -> torch.Tensor | float:
+    """The embedding norm's offset (0 without one): the same for every token, so a bias, not
+    part of what a token brings to the first block."""
+    norm = model.embedding_norm
+    return norm.bias.detach() if isinstance(norm, nn.LayerNorm) else 0.0
+
+
+@contextlib.contextmanager
+def first_block_inputs(model: nn.Module):
+    """While open, each call of the model's first block takes a copy of its input that
+    requires gradients; the copies are yielded in a list, in call order (one per group of
+    window rows). ``(copy.grad * (copy - embedding_offset(model))).sum(-1)`` is then gradient
+    × input of what every token brings to the first block, written without docclass's
+    ``entry_scale``."""
+    copies: list[torch.Tensor] = []
+
+    def leaf_input(module, args):
+        copies.append(args[0].detach().clone().requires_grad_(True))
+        return (copies[-1], *args[1:])
+
+    handle = model.blocks[0].register_forward_pre_hook(leaf_input)
+    try:
+        yield copies
+    finally:
+        handle.remove()
+
+
 def lead_weights(logits: torch.Tensor, predicted: torch.Tensor) -> torch.Tensor:
     """``[B,C]``: the weights that make a class's lead over its rivals from the logits: 1 at
     the predicted class, minus the rivals' probabilities renormalised among themselves

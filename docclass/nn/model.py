@@ -325,6 +325,7 @@ class DocumentClassifier(nn.Module):
         token_vectors: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
         propagation: relevance.Propagation = None,
+        entry_scale: torch.Tensor | None = None,
     ) -> ClassifierOutput:
         """Classify a batch.
 
@@ -346,6 +347,12 @@ class DocumentClassifier(nn.Module):
             propagation: None for plain gradients, a rule of :mod:`docclass.nn.relevance`,
                 or its :class:`~docclass.nn.relevance.AttentionValve` (the forward values are
                 the same).
+            entry_scale: optional ``[B,T]`` multiplier of what each token brings to the first
+                block: its word and position vectors after the embedding norm, less the norm's
+                offset (the same for every token). Ones that require gradients change no value,
+                and the gradient on each is gradient × input there: the relevance of the
+                token's word and position together, which masking the token out of every block
+                removes; a token in two overlapping windows gets the sum over both.
 
         Returns:
             :class:`ClassifierOutput`.
@@ -363,7 +370,7 @@ class DocumentClassifier(nn.Module):
         if positions is None:
             positions = torch.arange(length, device=mask.device).expand(batch, -1)
         token_states, layer_weights, layout = self._through_blocks(
-            vectors, mask, positions, Stage(), need_layer_weights, propagation
+            vectors, mask, positions, Stage(), need_layer_weights, propagation, entry_scale
         )
         logits, pool_weights = self.read_out(token_states, mask, propagation)
         return ClassifierOutput(logits, pool_weights, layer_weights, token_states, layout)
@@ -431,10 +438,16 @@ class DocumentClassifier(nn.Module):
         stage: Stage,
         need_layer_weights: bool | Literal["mean"] = False,
         propagation: relevance.Propagation = None,
+        entry_scale: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor] | None, WindowLayout | None]:
         """Per-token vectors ``[B,T,D]`` through ``stage`` of the encoder, in window rows when
         the documents are longer than ``window_tokens`` → per-token states ``[B,T,D]``, each
-        block's attention when asked, and the window layout (None without windows)."""
+        block's attention when asked, and the window layout (None without windows).
+        ``entry_scale [B,T]`` as in :meth:`forward` (only with ``stage.embed``)."""
+        if entry_scale is not None and not stage.embed:
+            raise ValueError(
+                "entry_scale multiplies the embedded states: a stage from the embedding"
+            )
         batch, length = mask.shape
         window = self.config.window_tokens
         if window and length and int(positions.max()) >= window:
@@ -442,13 +455,16 @@ class DocumentClassifier(nn.Module):
             rows = layout.to_rows(x)
             if stage.embed:
                 rows = self._with_positions(rows, self._row_positions(layout))
+            # Every copy of a token takes the token's one multiplier, so its gradient sums theirs.
+            row_scale = None if entry_scale is None else layout.to_rows(entry_scale[..., None])
             states, layer_weights = self._encode_rows(
-                rows, layout.row_mask, need_layer_weights, propagation, stage
+                rows, layout.row_mask, need_layer_weights, propagation, stage, row_scale
             )
             return layout.to_tokens(states, batch, length), layer_weights, layout
         if stage.embed and length:
             x = self._with_positions(x, positions)
-        states, layer_weights = self._encode(x, mask, need_layer_weights, propagation, stage)
+        scale = None if entry_scale is None else entry_scale[..., None]
+        states, layer_weights = self._encode(x, mask, need_layer_weights, propagation, stage, scale)
         return states, layer_weights, None
 
     @staticmethod
@@ -467,8 +483,10 @@ class DocumentClassifier(nn.Module):
         need_layer_weights: bool | Literal["mean"],
         propagation: relevance.Propagation,
         stage: Stage,
+        entry_scale: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
-        """Window rows ``[N,L,D]`` through ``stage`` of the encoder in groups of similar length.
+        """Window rows ``[N,L,D]`` through ``stage`` of the encoder in groups of similar length
+        (``entry_scale [N,L,1]`` as :meth:`_encode` takes it).
 
         A document's last window is usually short, and padding it to the longest row cost a
         third more slots and more attention (BBC's test split: 1.30x the real tokens, 1.43x
@@ -479,7 +497,7 @@ class DocumentClassifier(nn.Module):
         query slots hold values no token reads."""
         groups = length_groups(row_mask.sum(dim=1), row_mask.shape[1])
         if len(groups) == 1:
-            return self._encode(rows, row_mask, need_layer_weights, propagation, stage)
+            return self._encode(rows, row_mask, need_layer_weights, propagation, stage, entry_scale)
         count, width = row_mask.shape
         states = rows.new_zeros(count, width, self.config.d_model)
         weights: list[torch.Tensor] | None = None
@@ -490,6 +508,7 @@ class DocumentClassifier(nn.Module):
                 need_layer_weights,
                 propagation,
                 stage,
+                None if entry_scale is None else entry_scale[index, :length],
             )
             states = states.index_copy(0, index, F.pad(part, (0, 0, 0, width - length)))
             if part_weights is not None:
@@ -509,13 +528,19 @@ class DocumentClassifier(nn.Module):
         need_layer_weights: bool | Literal["mean"],
         propagation: relevance.Propagation,
         stage: Stage,
+        entry_scale: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
         """Rows ``[R,S,D]`` through ``stage``: from positioned vectors to normalised token
-        states for the whole encoder; each block's attention when asked."""
+        states for the whole encoder; each block's attention when asked. ``entry_scale
+        [R,S,1]`` multiplies the states entering the first block (see :meth:`forward`)."""
         if stage.embed:
-            # Every propagation rule holds the embedding LayerNorm's scale constant: its input
-            # is where a word's vector enters, and gradient · input through a LayerNorm is ~0.
+            # Every propagation rule holds the embedding LayerNorm's scale constant: gradient ·
+            # input taken before a LayerNorm whose scale moves would be ~0.
             x = relevance.norm(x, self.embedding_norm, propagation)
+            if entry_scale is not None:
+                # The norm's offset is the same for every token: a bias, not the token's.
+                offset = getattr(self.embedding_norm, "bias", None)
+                x = x * entry_scale if offset is None else offset + (x - offset) * entry_scale
             x = self.embed_dropout(x)
         layer_weights: list[torch.Tensor] | None = [] if need_layer_weights else None
         blocks = self.blocks[stage.start : stage.stop]

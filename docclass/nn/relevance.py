@@ -51,6 +51,12 @@ the propagation builds ``"gradient"``'s graph with a valve on every block's quer
 on the pool's probabilities and at every linear layer of the blocks; closed during a backward
 pass, that pass is ``"cp-gamma"``'s.
 
+The rules hold whichever input the product is read at. The records read conservative
+propagation at what each token brings to the first block, after the embedding norm
+(``entry_scale`` in :meth:`docclass.nn.model.DocumentClassifier.forward`: its word and position
+vectors, which masking it removes), and gradient × input at the word vector
+(:class:`docclass.interpret.methods.ReadPoints`).
+
 Torch only; :mod:`docclass.nn.model` calls these where a rule applies.
 """
 

@@ -11,13 +11,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import lead_weights, norms_and_gates_held, padded_batch
+from helpers import (
+    embedding_offset,
+    first_block_inputs,
+    lead_weights,
+    norms_and_gates_held,
+    padded_batch,
+)
 from torch import nn
 from torch.testing import assert_close
 
 from docclass.interpret.methods import RELEVANCE_METHODS, scoring_pass, word_relevance
 from docclass.nn import relevance
-from docclass.nn.model import DocumentClassifier, ModelConfig
+from docclass.nn.model import DocumentClassifier, ModelConfig, length_groups
 from docclass.nn.relevance import CONSERVATIVE, PROPAGATIONS
 
 LAYOUTS = {
@@ -66,12 +72,15 @@ def test_conservative_relevance_and_what_no_word_causes_add_up_to_the_logit(layo
     """With attention probabilities, LayerNorm scales and GELU gates held constant the network
     is affine in its sources: the word vectors, the position vectors and every additive bias.
     Gradient × source then splits the logit exactly among them (under LRP-γ a bias's gradient
-    is its share of its layer's relevance)."""
+    is its share of its layer's relevance). A token's score is what it brings to the first
+    block: its word vector's and its position vector's shares; what no word causes is every
+    bias's, the embedding norm's offset included."""
     model = model_of(layout)
     ids, mask = padded_batch([19, 6], vocab=60)
     target = torch.tensor([2, 0])
     words = word_relevance(model, ids, mask, target, rule, quantity="logit")
     assert torch.all(words[~mask] == 0)
+    at_entry = {"position_table.weight"}
     for row in range(2):
         model.zero_grad()
         vectors = model.token_vectors(ids[row : row + 1]).detach().requires_grad_(True)
@@ -79,10 +88,18 @@ def test_conservative_relevance_and_what_no_word_causes_add_up_to_the_logit(layo
                     propagation=rule)  # fmt: skip
         logit = out.logits[0, target[row]]
         logit.backward()
-        sources = [p for n, p in model.named_parameters() if n.endswith("bias")]
-        sources.append(model.position_table.weight)
-        no_word = sum(float((p.grad * p).sum().detach()) for p in sources if p.grad is not None)
-        by_hand = float((vectors.grad * vectors).sum().detach())
+
+        def share(names) -> float:
+            parameters = dict(model.named_parameters())
+            return sum(
+                float((parameters[n].grad * parameters[n]).sum().detach())
+                for n in names
+                if n in parameters and parameters[n].grad is not None
+            )
+
+        biases = {n for n, _ in model.named_parameters() if n.endswith("bias")}
+        no_word = share(biases - at_entry)
+        by_hand = float((vectors.grad * vectors).sum().detach()) + share(at_entry)
         assert by_hand == pytest.approx(float(words[row].sum()), abs=1e-5, rel=1e-4)
         assert float(words[row].sum()) + no_word == pytest.approx(logit.item(), abs=1e-4)
         assert abs(no_word) > 0.05  # the biases do cause part of it: the check is not vacuous
@@ -115,9 +132,15 @@ def test_the_records_explain_the_class_s_lead_over_its_rivals_and_it_adds_up(lay
         own = per_class.gather(2, scored.predicted[:, None, None].expand(-1, 19, 1))[..., 0]
         assert (got - own).abs().max() > 1e-3
         vectors = model.token_vectors(ids).detach().requires_grad_(True)
-        logits = model(ids, mask, token_vectors=vectors, propagation=propagation).logits
+        entry = torch.ones(mask.shape, requires_grad=True)
+        logits = model(
+            ids, mask, token_vectors=vectors, propagation=propagation, entry_scale=entry
+        ).logits
         logits.log_softmax(-1).gather(1, scored.predicted[:, None]).sum().backward()
-        by_log_probability = ((vectors.grad * vectors).sum(-1) * mask).detach().double()
+        # Where each method is read: gradient × input at the word vector, conservative
+        # propagation at what the token brings to the first block.
+        read = (vectors.grad * vectors).sum(-1) if method == "grad_input" else entry.grad
+        by_log_probability = (read * mask).detach().double()
         rivals_total = 1 - scored.logits.double().softmax(-1).gather(1, scored.predicted[:, None])
         assert_close(got.double() * rivals_total, by_log_probability, atol=1e-7, rtol=1e-4)
     for row in range(2):
@@ -127,8 +150,8 @@ def test_the_records_explain_the_class_s_lead_over_its_rivals_and_it_adds_up(lay
                        propagation=rule).logits  # fmt: skip
         lead = (logits[0].double() * weights[row]).sum()
         lead.backward()
+        # What no word causes: every bias, the embedding norm's offset included.
         sources = [p for n, p in model.named_parameters() if n.endswith("bias")]
-        sources.append(model.position_table.weight)
         no_word = sum(float((p.grad * p).sum().detach()) for p in sources if p.grad is not None)
         words = float(scored.relevance["conservative"][row].sum())
         assert words + no_word == pytest.approx(float(lead.detach()), abs=1e-4)
@@ -194,6 +217,42 @@ def test_gradient_times_input_is_autograd_with_every_norm_and_gate_held(layout):
     plain = model.token_vectors(ids).detach().requires_grad_(True)
     model(ids, mask, token_vectors=plain).logits.gather(1, target[:, None]).sum().backward()
     assert ((plain.grad * plain).sum(-1) - scored).abs().max() > 1e-3  # the hooks matter here
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_conservative_relevance_is_read_at_what_each_token_brings_to_the_first_block(layout):
+    """Conservative propagation is read at the first block's input less the embedding norm's
+    offset: each token's word and position together, which masking it removes (a token in two
+    overlapping windows gets the sum over both copies). The reference reads it with a hook
+    there, one document at a time; the batch is scored at once (with windows its rows run in
+    two length groups)."""
+    # Windows of 16 (group widths round up to 8): rows of 16, 16, 12 and 3 tokens make two groups.
+    windows = {"max_positions": 16, "window_tokens": 16} if "windows" in layout else {}
+    model = model_of(layout, **windows)
+    ids, mask = padded_batch([40, 3], vocab=60)
+    target = torch.tensor([1, 2])
+    rule = RELEVANCE_METHODS["conservative"]
+    scored = word_relevance(model, ids, mask, target, rule, quantity="logit")
+    for row in range(2):
+        length = int(mask[row].sum())
+        with first_block_inputs(model) as entering:
+            out = model(ids[row : row + 1, :length], mask[row : row + 1, :length], propagation=rule)
+        out.logits[0, target[row]].backward()
+        (entered,) = entering  # one pass of the first block (one document's rows, one group)
+        by_hand = (entered.grad * (entered - embedding_offset(model))).sum(-1)
+        if out.windows is not None:
+            by_hand = out.windows.to_tokens(by_hand, 1, length, owners_only=False)
+        assert_close(scored[row, :length], by_hand[0].detach(), atol=1e-5, rtol=1e-4)
+        assert torch.all(scored[row, length:] == 0)
+        # Not the word vector's share alone (the read point matters).
+        words = model.token_vectors(ids[row : row + 1, :length]).detach().requires_grad_(True)
+        plain = model(ids[row : row + 1, :length], mask[row : row + 1, :length],
+                      token_vectors=words, propagation=rule)  # fmt: skip
+        plain.logits[0, target[row]].backward()
+        assert ((words.grad * words).sum(-1)[0] - scored[row, :length]).abs().max() > 1e-3
+    if windows:
+        rows = model(ids, mask).windows.row_mask
+        assert len(length_groups(rows.sum(dim=1), rows.shape[1])) == 2
 
 
 def test_without_blocks_conservative_relevance_is_the_exact_class_contribution():
