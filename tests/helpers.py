@@ -111,8 +111,8 @@ def norms_and_gates_held(model: nn.Module):
 def embedding_offset(model: nn.Module) -> torch.Tensor | float:
     """The embedding norm's offset (0 without one): the same for every token, so a bias, not
     part of what a token brings to the first block."""
-    norm = model.embedding_norm
-    return norm.bias.detach() if isinstance(norm, nn.LayerNorm) else 0.0
+    offset = getattr(model.embedding_norm, "bias", None)
+    return 0.0 if offset is None else offset.detach()
 
 
 @contextlib.contextmanager

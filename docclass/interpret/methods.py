@@ -241,8 +241,8 @@ def word_relevance(
 class ReadPoints:
     """Where a rule's gradient × input is read, per token: the two inputs with gradients.
 
-    - The relevance rules (conservative propagation, AttnLRP) read it at what each token brings
-      to the first block, ``entry`` (:class:`DocumentClassifier`'s ``entry_scale``): its word
+    - Conservative propagation (``cp``, ``cp-gamma``) reads it at what each token brings to
+      the first block, ``entry`` (:class:`DocumentClassifier`'s ``entry_scale``): its word
       and position vectors after the embedding norm, both of which masking the token removes.
       Read at the word's vector alone, the position's share went to what no word causes. On
       BBC's whole validation split (masking) conservative propagation's comprehensiveness rose
@@ -251,7 +251,8 @@ class ReadPoints:
       0.108 to 0.045 (docs/faithfulness.md).
     - Gradient × input reads it at the word's vector, ``vectors`` (the embedding norm's scale
       held): read at the entry it gained on the demo model but lost on the fully fine-tuned
-      one (0.237 to 0.221, beating random on 85 % of articles instead of 91 %).
+      one (0.237 to 0.221, beating random on 85 % of articles instead of 91 %). Plain
+      gradients and AttnLRP (whose figures were measured there) read it there too.
     """
 
     mask: torch.Tensor  # [B,T] bool, True = real token
@@ -270,12 +271,12 @@ class ReadPoints:
     ) -> torch.Tensor:
         """``[B,T]``: gradient × input of ``target`` (a scalar) under ``propagation``, read
         where that rule reads it; 0 on padding."""
-        if propagation == "gradient":
-            (gradient,) = torch.autograd.grad(target, self.vectors, retain_graph=retain_graph)
-            per_token = (gradient * self.words).sum(dim=-1)
-        else:
+        if propagation in relevance.CONSERVATIVE:
             (gradient,) = torch.autograd.grad(target, self.entry, retain_graph=retain_graph)
             per_token = gradient
+        else:  # gradient × input, plain autograd and AttnLRP (measured there) read the word
+            (gradient,) = torch.autograd.grad(target, self.vectors, retain_graph=retain_graph)
+            per_token = (gradient * self.words).sum(dim=-1)
         return (per_token * self.mask).detach()
 
 

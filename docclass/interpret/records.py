@@ -70,9 +70,8 @@ METHODS: dict[str, MethodInfo] = {
         "conservative propagation (LRP): the class's lead over its rivals (its logit minus "
         "theirs, averaged by their raw probabilities) carried back through every block to "
         "what each word brings to the first block (its vector and its position), attention "
-        "weights and normalisation held "
-        "fixed (and contributions that "
-        "agree with a layer's output weighing a little more, LRP-γ), so the words' shares and "
+        "weights and normalisation held fixed (and contributions that agree with a layer's "
+        "output weighing a little more, LRP-γ), so the words' shares and "
         "what no word causes add up to that lead. Red pushes towards the "
         "class, blue away.",
     ),

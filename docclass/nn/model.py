@@ -456,7 +456,10 @@ class DocumentClassifier(nn.Module):
             if stage.embed:
                 rows = self._with_positions(rows, self._row_positions(layout))
             # Every copy of a token takes the token's one multiplier, so its gradient sums theirs.
-            row_scale = None if entry_scale is None else layout.to_rows(entry_scale[..., None])
+            row_scale = None
+            if entry_scale is not None:  # 1 on empty slots, whose values then stay as they were
+                empty = ~layout.row_mask[..., None]
+                row_scale = layout.to_rows(entry_scale[..., None]) + empty.to(entry_scale.dtype)
             states, layer_weights = self._encode_rows(
                 rows, layout.row_mask, need_layer_weights, propagation, stage, row_scale
             )

@@ -5,7 +5,7 @@ estimate that LayerNorms and softmaxes break (a LayerNorm does not change when i
 input is scaled, so the gradient there is orthogonal to the input, and gradient · input is
 close to zero by construction). Layer-wise relevance propagation (LRP) instead changes what the
 backward pass does at those operations, while the forward values stay exactly the same, so
-that gradient × input at the word vectors becomes a *relevance* that is carried back whole:
+that gradient × input at the input becomes a *relevance* that is carried back whole:
 
 ``"gradient"``
     Gradient × input as it is defined for ReLU networks, where it equals LRP-0 (Ancona et al.
@@ -23,8 +23,9 @@ that gradient × input at the word vectors becomes a *relevance* that is carried
     through Conservative Propagation"): every LayerNorm's ``1/σ`` and every attention
     probability (the blocks' and the pool's) held constant, and GELU by the identity rule
     (``x·Φ(x)`` with ``Φ(x)`` held constant; Achtibat et al. 2024). The network is then affine
-    in the word vectors, so the words' relevance plus what no word causes (biases, positions,
-    LayerNorm offsets) equals the logit exactly.
+    in its sources (word vectors, position vectors, biases, LayerNorm offsets), so their
+    relevance adds up to the logit exactly; the records give each token its word's and its
+    position's, and what no word causes is the biases' and offsets'.
 ``"cp-gamma"``
     ``"cp"`` with LRP-γ (Montavon et al. 2019) at every linear layer of the blocks: each
     output's relevance is split among its inputs by ``z_ij + γ·z_ij⁺`` (for an output below

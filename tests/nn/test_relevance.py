@@ -60,10 +60,17 @@ def model_of(layout: str, **overrides) -> DocumentClassifier:
 def test_a_rule_changes_gradients_never_values(layout, propagation):
     model = model_of(layout)
     ids, mask = padded_batch([19, 6], vocab=60)
-    plain = model(ids, mask)
+    plain = model(ids, mask, need_layer_weights=True)
     ruled = model(ids, mask, propagation=propagation)
     assert_close(ruled.logits, plain.logits, atol=1e-5, rtol=1e-5)
     assert_close(ruled.token_states, plain.token_states, atol=1e-5, rtol=1e-5)
+    # Nor do the ones where the scores are read (padded window slots included).
+    read = model(ids, mask, need_layer_weights=True, propagation=propagation,
+                 entry_scale=torch.ones(mask.shape, requires_grad=True))  # fmt: skip
+    assert_close(read.logits, plain.logits, atol=1e-5, rtol=1e-5)
+    assert_close(read.token_states, plain.token_states, atol=1e-5, rtol=1e-5)
+    for ours, theirs in zip(read.layer_weights, plain.layer_weights, strict=True):
+        assert_close(ours, theirs, atol=1e-6, rtol=1e-5)
 
 
 @pytest.mark.parametrize("rule", CONSERVATIVE)
@@ -80,7 +87,6 @@ def test_conservative_relevance_and_what_no_word_causes_add_up_to_the_logit(layo
     target = torch.tensor([2, 0])
     words = word_relevance(model, ids, mask, target, rule, quantity="logit")
     assert torch.all(words[~mask] == 0)
-    at_entry = {"position_table.weight"}
     for row in range(2):
         model.zero_grad()
         vectors = model.token_vectors(ids[row : row + 1]).detach().requires_grad_(True)
@@ -97,9 +103,10 @@ def test_conservative_relevance_and_what_no_word_causes_add_up_to_the_logit(layo
                 if n in parameters and parameters[n].grad is not None
             )
 
-        biases = {n for n, _ in model.named_parameters() if n.endswith("bias")}
-        no_word = share(biases - at_entry)
-        by_hand = float((vectors.grad * vectors).sum().detach()) + share(at_entry)
+        # What no word causes: every bias (the embedding norm's offset included); each token's
+        # word and position vectors are its own.
+        no_word = share([n for n, _ in model.named_parameters() if n.endswith("bias")])
+        by_hand = float((vectors.grad * vectors).sum().detach()) + share(["position_table.weight"])
         assert by_hand == pytest.approx(float(words[row].sum()), abs=1e-5, rel=1e-4)
         assert float(words[row].sum()) + no_word == pytest.approx(logit.item(), abs=1e-4)
         assert abs(no_word) > 0.05  # the biases do cause part of it: the check is not vacuous
@@ -138,7 +145,8 @@ def test_the_records_explain_the_class_s_lead_over_its_rivals_and_it_adds_up(lay
         ).logits
         logits.log_softmax(-1).gather(1, scored.predicted[:, None]).sum().backward()
         # Where each method is read: gradient × input at the word vector, conservative
-        # propagation at what the token brings to the first block.
+        # propagation at what the token brings to the first block (through the model's own
+        # entry_scale here: the read point itself is checked against a hook below).
         read = (vectors.grad * vectors).sum(-1) if method == "grad_input" else entry.grad
         by_log_probability = (read * mask).detach().double()
         rivals_total = 1 - scored.logits.double().softmax(-1).gather(1, scored.predicted[:, None])
