@@ -37,7 +37,8 @@ TIE = 0.005
 # the rule now, removed 0.008 to 0.009 more on BBC's validation split through both MiniLM
 # models (fully fine-tuned and make demo's) and still finds the planted keyword in every document;
 # explaining the class's lead over its rivals rather than its logit (the rule now) removed as
-# much or more on validation and 0.4465 against 0.4461 on the fully fine-tuned model's test split.
+# much or more on validation and 0.4465 against 0.4461 on the fully fine-tuned model's test split;
+# read at what each token brings to the first block (the rule now) it removed 0.4585 there.
 # docs/faithfulness.md. Class contribution is exact only at the pool, which says little of the
 # words once blocks have mixed them.
 UNMEASURED_DEFAULT = "conservative"
