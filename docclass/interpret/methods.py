@@ -248,10 +248,12 @@ class ReadPoints:
       BBC's whole validation split (masking) conservative propagation's comprehensiveness rose
       from 0.443 to 0.448 through the demo model and from 0.451 to 0.464 through the fully
       fine-tuned MiniLM, and its sufficiency fell (improved) from 0.204 to 0.124 and from
-      0.108 to 0.045 (docs/faithfulness.md). On that model's test split it rose from 0.4465
-      to 0.4585 under masking and fell from 0.431 to 0.421 under deletion, which shifts the
-      later tokens' positions. On the planted-keyword MiniLM it lost (0.644 to 0.555 under
-      masking, the keyword still first everywhere): chosen on BBC, not shown general.
+      0.108 to 0.045 (docs/faithfulness.md). On the fully fine-tuned model's test split it
+      rose from 0.4465 to 0.4585 under masking and fell from 0.431 to 0.421 under deletion
+      (which shifts the later tokens' positions; presumably the cause, not measured), on the
+      demo model's from 0.444 to 0.454 (masking). On the planted-keyword MiniLM it lost
+      (0.644 to 0.555 under masking, the keyword still first everywhere): chosen on BBC, not
+      shown general.
     - Gradient × input reads it at the word's vector, ``vectors`` (the embedding norm's scale
       held): read at the entry it gained on the demo model but lost on the fully fine-tuned
       one (0.237 to 0.221, beating random on 85 % of articles instead of 91 %). Plain
