@@ -71,14 +71,24 @@ def known_encoder(name: str) -> KnownEncoder | None:
 
 
 def locate_encoder(name: str) -> Path:
-    """The folder of encoder ``name``: a local folder, a known encoder's offline package, or a
-    hub download at the pinned revision. A known encoder's files are checked by hash."""
+    """The folder of encoder ``name``: a local folder, or for a known encoder's id or alias its
+    offline package or a hub download at the pinned revision (a path that does not exist is an
+    error, however it is spelled). A known encoder's files are checked by hash."""
     path = Path(name).expanduser()
     known = known_encoder(name)
     if path.is_dir():
         folder = path
         # A folder named like a known encoder ("minilm", or its hub id as a path) is held to
         # that encoder's hashes: a copy on disk is no more trustworthy than a download.
+    elif known is not None and ALIASES.get(name, name) not in KNOWN_ENCODERS:
+        # A path spelled like a known encoder's (``/models/minilm``) that is not there: a typo
+        # or an unmounted disk, never a reason to fetch the weights from elsewhere.
+        names = [known.hub_id, *sorted(a for a, hub in ALIASES.items() if hub == known.hub_id)]
+        raise ConfigError(
+            f"model.encoder {name!r}: no such folder; give the folder that holds "
+            f"{', '.join(ENCODER_FILES)}, or a name of the pinned encoder ({', '.join(names)}) "
+            "for its offline package, else the hub"
+        )
     elif known is None:
         # Downloaded weights are only trusted against a pinned hash; an encoder without one is
         # the user's to fetch and vouch for.

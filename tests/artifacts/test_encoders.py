@@ -176,6 +176,24 @@ def test_unpinned_hub_id_is_never_downloaded(monkeypatch):
 
 
 @pytest.mark.fault(
+    "an encoder path spelled like a pinned encoder's (`/models/minilm`, `./minilm`) that does "
+    "not exist",
+    "one line: no such folder, with the folder and the pinned names as the fixes; nothing fetched",
+)
+@pytest.mark.parametrize("spelling", ["models/minilm", "./minilm", "minilm/", "x/all-MiniLM-L6-v2"])
+def test_a_missing_path_is_an_error_not_a_download(monkeypatch, tmp_path, spelling):
+    def must_not_fetch(*args, **kwargs):
+        raise AssertionError("fetched weights for a path that does not exist")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(pretrained, "_offline_copy", must_not_fetch)
+    monkeypatch.setattr("huggingface_hub.snapshot_download", must_not_fetch)
+    for name in (spelling, str(tmp_path / spelling)):
+        with pytest.raises(ConfigError, match=r"no such folder.*\(sentence-transformers/all-"):
+            locate_encoder(name)
+
+
+@pytest.mark.fault(
     "an encoder folder without model.safetensors or tokenizer.json",
     "one line naming the missing files",
 )
