@@ -19,20 +19,29 @@ unreadable file                ``error``: the operating system's reason
 missing path / empty glob      ``error``: no such file
 longer than the model reads    classified on its first ``max_tokens`` tokens, ``truncated: true``
 table row without its text     ``error`` naming the column and the columns present
+CSV row the csv module cannot  ``error``: the parser's reason; the rows after it are read
+parse
 =============================  =================================================================
+
+The output file is written under a hidden name beside it and renamed when every row is in, so
+a killed run never leaves a file that looks finished; ``--out`` that is one of the inputs, or
+lies inside an input folder, is refused before anything is read.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import glob
 import json
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from docclass.errors import ConfigError
 from docclass.inference.classifier import DocClassifier
 from docclass.interpret.records import EMPTY_DOCUMENT
 
@@ -96,16 +105,65 @@ def _unreadable(path: Path, error: Exception) -> InputDocument:
     return InputDocument(str(path), error=f"cannot read as a table: {error}")
 
 
+# The csv module's default field limit (131,072 characters) is shorter than a long document, and
+# a row past it would be lost; the C reader's own limit is a C long.
+CSV_FIELD_LIMIT = 2**31 - 1
+ROW_BAD_BYTES = "not valid UTF-8; undecodable bytes replaced with U+FFFD"
+
+
 def csv_rows(path: Path, text_column: str) -> Iterator[InputDocument]:
     """A CSV file's rows, numbered from 1 after the header. Read whole: a quoted field may hold
-    a newline, so a CSV file cannot be cut at a byte offset."""
+    a newline, so a CSV file cannot be cut at a byte offset. A row the csv module cannot parse
+    gets an error row and reading goes on; a byte-order mark (as spreadsheets write) is not
+    part of the first column's name."""
     try:
-        with open(path, newline="", encoding="utf-8", errors="replace") as handle:
+        csv.field_size_limit(max(csv.field_size_limit(), CSV_FIELD_LIMIT))
+        # Bad bytes are kept as lone surrogates, so each row knows whether it had any.
+        with open(path, newline="", encoding="utf-8-sig", errors="surrogateescape") as handle:
             reader = csv.DictReader(handle)
-            for number, row in enumerate(reader, start=1):
-                yield _row_document(path, number, row, text_column, reader.fieldnames)
+            columns = [_valid_utf8(name)[0] for name in reader.fieldnames or []]
+            number = 0
+            while True:
+                number += 1
+                try:
+                    row = next(reader)
+                except StopIteration:
+                    return
+                except csv.Error as error:
+                    # The reader has consumed the row's line: the next call reads the next one.
+                    yield InputDocument(f"{path}:{number}", error=f"cannot read this row: {error}")
+                    continue
+                yield _checked_row(path, number, row, text_column, columns)
     except Exception as error:
         yield _unreadable(path, error)
+
+
+def _valid_utf8(value: str) -> tuple[str, bool]:
+    """``value`` with the bad bytes it was read with (lone surrogates) replaced by U+FFFD, and
+    whether there were any."""
+    try:
+        value.encode("utf-8")
+        return value, False
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace"), True
+
+
+def _checked_row(
+    path: Path, number: int, row: dict, text_column: str, columns: list[str]
+) -> InputDocument:
+    """A CSV row as a document, its bad bytes replaced and said in its ``warning``."""
+    clean, bad = {}, False
+    for name, value in row.items():
+        if isinstance(name, str):
+            name, bad_name = _valid_utf8(name)
+            bad |= bad_name
+        if isinstance(value, str):
+            value, bad_value = _valid_utf8(value)
+            bad |= bad_value
+        clean[name] = value
+    document = _row_document(path, number, clean, text_column, columns)
+    document.warning = ROW_BAD_BYTES if bad else None
+    return document
 
 
 def jsonl_rows(
@@ -123,12 +181,20 @@ def jsonl_rows(
                     handle.readline()  # the line under way at ``start`` belongs to the part before
             number = first_line
             while end is None or handle.tell() < end:
+                at_start = handle.tell() == 0
                 raw = handle.readline()
                 if not raw:
                     break
-                line = raw.decode("utf-8", errors="replace")
+                if at_start and raw.startswith(codecs.BOM_UTF8):
+                    raw = raw[len(codecs.BOM_UTF8) :]  # a byte-order mark, not part of the row
+                try:
+                    line, warning = raw.decode("utf-8"), None
+                except UnicodeDecodeError:
+                    line, warning = raw.decode("utf-8", errors="replace"), ROW_BAD_BYTES
                 if line.strip():
-                    yield _json_row(path, number, line, text_column)
+                    document = _json_row(path, number, line, text_column)
+                    document.warning = warning
+                    yield document
                 number += 1
     except Exception as error:
         yield _unreadable(path, error)
@@ -191,8 +257,15 @@ def expand_argument(argument: str) -> Iterator[Path | InputDocument]:
         matches = sorted(glob.glob(argument, recursive=True))
         if not matches:
             yield InputDocument(argument, error="no file matches this pattern")
+        # A recursive pattern matches a folder and the files in it: each file is named once.
+        seen: set[Path] = set()
         for match in matches:
-            yield from expand_argument(match)
+            for item in expand_argument(match):
+                if isinstance(item, Path):
+                    if item.resolve() in seen:
+                        continue
+                    seen.add(item.resolve())
+                yield item
         return
     if not path.exists():
         yield InputDocument(argument, error="no such file or folder")
@@ -330,13 +403,17 @@ def run_classify(
     uncertain."""
     from tqdm import tqdm
 
+    to_stdout = out is None or out == "-"
+    if not to_stdout:
+        check_out_is_not_an_input(out, inputs)
     classifier = DocClassifier.load(ckpt, device)
     classifier.check_threshold(min_probability, calibrated)  # before any output is written
     kind = output_kind(out)
-    to_stdout = out is None or out == "-"
     if not to_stdout:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-    handle = sys.stdout if to_stdout else open(out, "w", encoding="utf-8", newline="")
+        partial = Path(out).with_name(f".{Path(out).name}.partial")
+    handle = sys.stdout if to_stdout else open(partial, "w", encoding="utf-8", newline="")
+    finished = False
     counts = {"documents": 0, "errors": 0, "warnings": 0, "truncated": 0, "uncertain": 0}
     # Which probabilities the rows carry, for the summary line.
     counts["temperature"] = (
@@ -357,9 +434,31 @@ def run_classify(
             counts["warnings"] += "warning" in row
             counts["truncated"] += bool(row.get("truncated"))
             counts["uncertain"] += bool(row.get("uncertain"))
+        finished = True
     finally:
-        if not to_stdout:
-            handle.close()
-        else:
+        if to_stdout:
             handle.flush()
+        else:
+            handle.close()
+            if finished:
+                os.replace(partial, out)
+            else:  # stopped by an error: no file that looks like a finished run's
+                partial.unlink(missing_ok=True)
     return counts
+
+
+def check_out_is_not_an_input(out: str, inputs: Iterable[str]) -> None:
+    """Refuse an output path that is one of the inputs or lies inside an input folder (or a
+    folder a pattern names): it would be read back as documents, or overwrite one."""
+    target = Path(out).resolve()
+    for argument in inputs:
+        if argument == "-":
+            continue
+        named = [argument] if Path(argument).exists() else glob.glob(argument, recursive=True)
+        for source in (Path(name).resolve() for name in named):
+            if target == source or source in target.parents:
+                raise ConfigError(
+                    f"--out {out} is {'inside ' if target != source else ''}the input "
+                    f"{argument}: it would be read as documents or overwrite one; write the "
+                    "output outside the inputs"
+                )

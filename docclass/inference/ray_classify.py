@@ -47,6 +47,7 @@ from typing import Any
 from docclass.errors import ConfigError, DataError, RunStopped, UserError
 from docclass.inference.classify import (
     InputDocument,
+    check_out_is_not_an_input,
     classify_documents,
     expand_argument,
     is_table,
@@ -529,6 +530,20 @@ def _start_ray(address: str | None) -> bool:
     return True
 
 
+def _check_settings(out: str, inputs: list[str], device: str, num_gpus: float) -> None:
+    """Refuse, before any plan, what the run could not do as asked."""
+    if not out or out == "-" or out.lower().endswith((".csv", ".jsonl", ".json")):
+        raise ConfigError(
+            f"--out {out!r}: --engine ray writes Parquet parts into a folder; give --out <folder>"
+        )
+    if device.startswith("cuda") and not num_gpus:
+        raise ConfigError(
+            f"--device {device} with --engine ray: give each worker a GPU with --num_gpus 1 (or "
+            "0.5 for two workers a GPU); without it workers run on CPUs"
+        )
+    check_out_is_not_an_input(out, inputs)  # its parts would be read back as tables
+
+
 def classify_on_ray(
     ckpt: str,
     inputs: list[str],
@@ -554,15 +569,7 @@ def classify_on_ray(
     peak memory.
     """
     _require_ray()
-    if not out or out == "-" or out.lower().endswith((".csv", ".jsonl", ".json")):
-        raise ConfigError(
-            f"--out {out!r}: --engine ray writes Parquet parts into a folder; give --out <folder>"
-        )
-    if device.startswith("cuda") and not num_gpus:
-        raise ConfigError(
-            f"--device {device} with --engine ray: give each worker a GPU with --num_gpus 1 (or "
-            "0.5 for two workers a GPU); without it workers run on CPUs"
-        )
+    _check_settings(out, inputs, device, num_gpus)
     out_dir = Path(out)
     settings = _model_settings(ckpt, top_words, method, batch_size, calibrated, min_probability)
     settings["device"] = device if num_gpus else "cpu"  # one run's rows come from one device

@@ -1,5 +1,6 @@
 """Bulk classification: every input kind, every bad input, one row per document, in order."""
 
+import codecs
 import copy
 import csv
 import io
@@ -298,3 +299,122 @@ def test_bad_checkpoints_are_one_line(capsys, tmp_path, ckpt):
         assert line.startswith("docclass: error:") and message in line
     with pytest.raises(CheckpointError):
         docclass.DocClassifier.load(broken)
+
+
+@pytest.mark.fault(
+    "classify: a CSV field longer than the csv module's default limit, or a row it cannot "
+    "parse, amid good rows",
+    "the long row is read whole; an unparsable row gets an `error` row and the rows after it "
+    "are read",
+)
+def test_no_csv_row_is_lost_to_a_long_field_or_a_bad_row(monkeypatch, tmp_path):
+    table = tmp_path / "rows.csv"
+    long_text = "word " * 40_000  # 200,000 characters: past the csv module's 131,072
+    table.write_text(f"id,text\na,short one\nb,{long_text}\nc,after it\n")
+    rows = list(read_inputs([str(table)]))
+    assert [r.id for r in rows] == ["a", "b", "c"]
+    assert rows[1].text == long_text and not any(r.error for r in rows)
+    # A row the parser refuses (here: over a lowered limit) is one error row; reading goes on.
+    limit = csv.field_size_limit()
+    try:
+        csv.field_size_limit(100)
+        monkeypatch.setattr("docclass.inference.classify.CSV_FIELD_LIMIT", 100)
+        rows = list(read_inputs([str(table)]))
+    finally:
+        csv.field_size_limit(limit)
+    assert [r.id for r in rows] == ["a", f"{table}:2", "c"]
+    assert "field larger than field limit" in rows[1].error and rows[2].text == "after it"
+
+
+@pytest.mark.fault(
+    "classify: a CSV or JSON Lines table with a byte-order mark (as spreadsheets write), or "
+    "with bad bytes in a row",
+    "the table's own ids kept; the row with bad bytes classified after U+FFFD replaces them, "
+    "with a `warning`",
+)
+def test_tables_with_a_byte_order_mark_or_bad_bytes_keep_ids_and_say_so(tmp_path):
+    csv_table, jsonl_table = tmp_path / "excel.csv", tmp_path / "rows.jsonl"
+    csv_table.write_bytes(
+        codecs.BOM_UTF8 + b"id,text\nA-1,clean row\nA-2,caf\xe9 \xa35m\n"  # Latin-1 bytes
+    )
+    jsonl_table.write_bytes(
+        codecs.BOM_UTF8 + b'{"id": "J-1", "text": "clean"}\n{"id": "J-2", "text": "\xa35m"}\n'
+    )
+    rows = list(read_inputs([str(csv_table), str(jsonl_table)]))
+    assert [r.id for r in rows] == ["A-1", "A-2", "J-1", "J-2"]  # the mark is not in the header
+    assert [bool(r.warning) for r in rows] == [False, True, False, True]
+    assert rows[1].text == "caf\ufffd \ufffd5m" and "U+FFFD" in rows[1].warning
+    assert rows[3].text == "\ufffd5m" and not any(r.error for r in rows)
+
+
+@pytest.mark.fault(
+    "classify: a recursive pattern (`data/**`) that matches a folder and the files in it",
+    "each file read once",
+)
+def test_a_recursive_pattern_names_each_file_once(tmp_path):
+    (tmp_path / "data" / "sub").mkdir(parents=True)
+    (tmp_path / "data" / "a.txt").write_text("one")
+    (tmp_path / "data" / "sub" / "b.txt").write_text("two")
+    rows = list(read_inputs([str(tmp_path / "data" / "**")]))
+    assert sorted(Path(r.id).name for r in rows) == ["a.txt", "b.txt"]
+
+
+@pytest.mark.fault(
+    "classify `--out` naming one of the inputs, or a file inside an input folder",
+    "one line (`docclass: error: …`), exit status 2, before anything is read or written",
+)
+def test_out_among_the_inputs_is_refused_and_the_input_kept(capsys, ckpt, tmp_path):
+    table = tmp_path / "docs.csv"
+    table.write_text("id,text\n1,Shares rose.\n")
+    for out, argument in ((table, table), (tmp_path / "labels.csv", tmp_path)):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["classify", "--ckpt", str(ckpt), str(argument), "--out", str(out)])
+        assert exit_info.value.code == 2
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert line.startswith("docclass: error:") and "outside the inputs" in line
+    assert table.read_text() == "id,text\n1,Shares rose.\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docs.csv"]
+
+
+@pytest.mark.fault(
+    "classify --out: a run stopped part-way",
+    "no output file: rows go to a hidden partial file, renamed when every row is in (removed "
+    "when an error stops the run)",
+)
+def test_a_run_that_stops_leaves_no_output_that_looks_finished(monkeypatch, ckpt, tmp_path):
+    table, out = tmp_path / "in" / "docs.csv", tmp_path / "out" / "labels.csv"
+    table.parent.mkdir()
+    table.write_text("id,text\n1,Shares rose.\n2,Film wins award.\n")
+    main(["classify", "--ckpt", str(ckpt), str(table), "--out", str(out)])
+    assert len(list(csv.DictReader(out.open()))) == 2
+    assert sorted(p.name for p in out.parent.iterdir()) == ["labels.csv"]  # no partial left
+    out.unlink()
+    written = []
+
+    def write_then_fail(self, row):
+        written.append(row)
+        if len(written) == 2:
+            raise RuntimeError("stopped mid-run")
+
+    monkeypatch.setattr("docclass.inference.classify.RowWriter.write", write_then_fail)
+    with pytest.raises(RuntimeError, match="stopped mid-run"):
+        main(["classify", "--ckpt", str(ckpt), str(table), "--out", str(out)])
+    assert written and not any(out.parent.iterdir())
+
+
+def test_an_output_folder_or_file_among_the_inputs_is_named_in_the_refusal(tmp_path):
+    """What both engines check first (the Ray engine's --out is a folder of parts)."""
+    from docclass.inference.classify import check_out_is_not_an_input
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.csv").write_text("text\nx\n")
+    refused = [  # (out, inputs)
+        (tmp_path / "docs" / "parts", [str(tmp_path / "docs")]),
+        (tmp_path / "docs" / "a.csv", [str(tmp_path / "*" / "*.csv")]),
+        (tmp_path / "docs" / "parts", [str(tmp_path / "d*")]),
+    ]
+    for out, inputs in refused:
+        with pytest.raises(ConfigError, match="write the output outside the inputs"):
+            check_out_is_not_an_input(str(out), inputs)
+    check_out_is_not_an_input(str(tmp_path / "parts"), [str(tmp_path / "docs"), "-"])
+    check_out_is_not_an_input(str(tmp_path / "b.csv"), [str(tmp_path / "docs" / "*.csv")])
