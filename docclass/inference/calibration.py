@@ -220,8 +220,24 @@ def calibrate_command(
     classifier = load_classifier(ckpt)
     datamodule = datamodule_from_config(data, overrides)
     validation = documents_from_datamodule(datamodule, "val")
+    check_same_source(run_dir, data, datamodule.stats["source"])
     test = documents_from_datamodule(datamodule, test_split) if test_split else None
     facts = calibrate(classifier, validation, test, device)
     path = write_calibration(run_dir, facts)
     print(f"{summary_line(facts)} → {path}")
     return facts
+
+
+def check_same_source(run_dir: Path, data: str, source: str) -> None:
+    """Refuse a config whose source is not the one the run was trained on (``metrics.json``
+    records it): two tables numbered alike would give the run's split ids other documents,
+    and the temperature would be fitted on them without a word."""
+    trained_on = ((read_json(run_dir / "metrics.json") or {}).get("data") or {}).get("source")
+    if trained_on is None or str(trained_on) == str(source):
+        return
+    if Path(str(trained_on)).resolve() == Path(str(source)).resolve():
+        return
+    raise DataError(
+        f"--data {data} reads {source}, but {run_dir} was trained on {trained_on}; give a "
+        "config whose data.source is the run's (its own is saved in the run's logs/ folder)"
+    )

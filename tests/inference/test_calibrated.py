@@ -170,6 +170,7 @@ def test_the_command_calibrates_a_checkpoint_as_the_fit_did(fitted, ckpt, calibr
     run = tmp_path / "run"
     write_run(fitted, run, {"another checkpoint's weights": {"temperature": 2.0}})
     shutil.copy(fitted / "split.json", run / "split.json")
+    shutil.copy(fitted / "metrics.json", run / "metrics.json")  # its source: the config's
     facts = main_error(
         ["calibrate", "--ckpt", str(run / "checkpoints" / "last.ckpt"),
          "--data", str(CONFIGS / "tiny.yaml")]
@@ -191,6 +192,21 @@ def test_the_command_fits_on_validation_only_and_into_a_run_folder(ckpt, tmp_pat
     shutil.copy(ckpt, loose)
     with pytest.raises(CheckpointError, match="not a checkpoint in a training run"):
         main_error(["calibrate", "--ckpt", str(loose), "--data", config])
+
+
+def test_the_command_refuses_a_config_that_reads_another_source(fitted, tmp_path):
+    """A run trained on one table, calibrated with a config naming another: the split's ids
+    would pick other documents, so the command stops before fitting anything."""
+    run = tmp_path / "run"
+    write_run(fitted, run, {})
+    shutil.copy(fitted / "split.json", run / "split.json")
+    metrics = json.loads((fitted / "metrics.json").read_text())
+    metrics["data"]["source"] = "my_docs.csv"
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    with pytest.raises(DataError, match="was trained on my_docs.csv"):
+        main_error(["calibrate", "--ckpt", str(run / "checkpoints" / "last.ckpt"),
+                    "--data", str(CONFIGS / "tiny.yaml")])  # fmt: skip
+    assert json.loads((run / "calibration.json").read_text()) == {"by_weights": {}}
 
 
 def main_error(argv: list[str]):
@@ -227,24 +243,34 @@ def test_the_report_shows_the_calibrated_probabilities_and_the_reliability_diagr
 
 
 def test_thresholds_are_chosen_on_validation_and_scored_on_test(fitted, ckpt, calibration):
-    """The stored acceptance figures, recomputed here through ``predict``."""
+    """The stored acceptance figures, recomputed here through ``predict``; where no threshold
+    was stored (the tiny model reaches neither target), a brute-force search over every
+    threshold the validation split offers confirms that none reaches it."""
+    from docclass.calibration import accepted_at, least_documents
+
     classifier = DocClassifier.load(ckpt, "cpu")
     assert set(calibration["abstention"]) == {"0.95", "0.99"}
     for split, name in (("val", "validation"), ("test", "test")):
         documents = load_documents(str(CONFIGS / "tiny.yaml"), str(ckpt), split)
         results = classifier.predict(documents.texts)
+        probs = torch.tensor([[r["probs"][n] for n in classifier.labels] for r in results])
+        labels = torch.tensor([classifier.labels.index(label) for label in documents.labels])
         scores = [r["score"] for r in results]
         right = [r["label"] == label for r, label in zip(results, documents.labels, strict=True)]
         for target, chosen in calibration["abstention"].items():
-            threshold = chosen["threshold"]
-            accepted = [i for i, s in enumerate(scores) if threshold is not None and s >= threshold]
-            stored = chosen[name]
-            assert stored["documents"] == len(accepted)
-            if accepted:
+            threshold, target = chosen["threshold"], float(target)
+            assert chosen[name] == accepted_at(probs, labels, threshold)
+            if threshold is not None:
+                accepted = [i for i, s in enumerate(scores) if s >= threshold]
                 precision = sum(right[i] for i in accepted) / len(accepted)
-                assert stored["precision"] == pytest.approx(precision, abs=1e-6)
+                assert chosen[name]["precision"] == pytest.approx(precision, abs=1e-6)
                 if name == "validation":
-                    assert precision >= float(target)
+                    assert precision >= target and len(accepted) >= least_documents(target)
+            elif name == "validation":
+                for cut in set(scores):
+                    accepted = [i for i, s in enumerate(scores) if s >= cut]
+                    if len(accepted) >= least_documents(target):
+                        assert sum(right[i] for i in accepted) < target * len(accepted)
     curve = calibration["test"]["risk_coverage"]
     assert curve[-1]["coverage"] == 1.0
     assert curve[-1]["risk"] == pytest.approx(1 - calibration["test"]["after"]["accuracy"])
