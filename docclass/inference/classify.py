@@ -409,10 +409,7 @@ def run_classify(
     classifier = DocClassifier.load(ckpt, device)
     classifier.check_threshold(min_probability, calibrated)  # before any output is written
     kind = output_kind(out)
-    if not to_stdout:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        partial = Path(out).with_name(f".{Path(out).name}.partial")
-    handle = sys.stdout if to_stdout else open(partial, "w", encoding="utf-8", newline="")
+    handle, partial = (sys.stdout, None) if to_stdout else _open_output(Path(out))
     finished = False
     counts = {"documents": 0, "errors": 0, "warnings": 0, "truncated": 0, "uncertain": 0}
     # Which probabilities the rows carry, for the summary line.
@@ -440,11 +437,21 @@ def run_classify(
             handle.flush()
         else:
             handle.close()
-            if finished:
-                os.replace(partial, out)
-            else:  # stopped by an error: no file that looks like a finished run's
-                partial.unlink(missing_ok=True)
+        if partial is not None and finished:
+            os.replace(partial, out)
+        elif partial is not None:  # stopped by an error: no file that looks like a finished run's
+            partial.unlink(missing_ok=True)
     return counts
+
+
+def _open_output(out: Path) -> tuple[IO[str], Path | None]:
+    """The handle rows are written to, and the hidden partial file to rename to ``out`` at the
+    end (None for a pipe or device such as ``/dev/stdout``, written as rows come)."""
+    if out.exists() and not out.is_file():
+        return open(out, "w", encoding="utf-8", newline=""), None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(f".{out.name}.partial")
+    return open(partial, "w", encoding="utf-8", newline=""), partial
 
 
 def check_out_is_not_an_input(out: str, inputs: Iterable[str]) -> None:

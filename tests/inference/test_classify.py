@@ -418,3 +418,25 @@ def test_an_output_folder_or_file_among_the_inputs_is_named_in_the_refusal(tmp_p
             check_out_is_not_an_input(str(out), inputs)
     check_out_is_not_an_input(str(tmp_path / "parts"), [str(tmp_path / "docs"), "-"])
     check_out_is_not_an_input(str(tmp_path / "b.csv"), [str(tmp_path / "docs" / "*.csv")])
+
+
+def test_a_pipe_as_out_gets_the_rows_as_they_come_and_stays_a_pipe(ckpt, tmp_path):
+    import os
+    import stat
+    import threading
+
+    table, pipe = tmp_path / "docs.csv", tmp_path / "pipe.jsonl"
+    table.write_text("id,text\n1,Shares rose.\n2,Film wins award.\n")
+    os.mkfifo(pipe)
+    received = []
+    reader = threading.Thread(
+        target=lambda: received.extend(pipe.open().read().splitlines()), daemon=True
+    )
+    reader.start()
+    main(["classify", "--ckpt", str(ckpt), str(table), "--out", str(pipe)])
+    reader.join(timeout=30)
+    assert [json.loads(line)["id"] for line in received] == ["1", "2"]
+    assert stat.S_ISFIFO(pipe.stat().st_mode) and sorted(os.listdir(tmp_path)) == [
+        "docs.csv",
+        "pipe.jsonl",
+    ]
