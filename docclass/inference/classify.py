@@ -130,7 +130,9 @@ def csv_rows(path: Path, text_column: str) -> Iterator[InputDocument]:
                 except StopIteration:
                     return
                 except csv.Error as error:
-                    # The reader has consumed the row's line: the next call reads the next one.
+                    # The reader has consumed the line it failed on; the next call reads the
+                    # next line (within a multi-line quoted field, the field's rest: no error
+                    # the default dialect and this field limit can raise was found there).
                     yield InputDocument(f"{path}:{number}", error=f"cannot read this row: {error}")
                     continue
                 yield _checked_row(path, number, row, text_column, columns)
@@ -151,13 +153,17 @@ def _valid_utf8(value: str) -> tuple[str, bool]:
 def _checked_row(
     path: Path, number: int, row: dict, text_column: str, columns: list[str]
 ) -> InputDocument:
-    """A CSV row as a document, its bad bytes replaced and said in its ``warning``."""
+    """A CSV row as a document, its bad bytes replaced and said in its ``warning`` (the
+    header's are replaced too, but are not the row's)."""
     clean, bad = {}, False
     for name, value in row.items():
         if isinstance(name, str):
-            name, bad_name = _valid_utf8(name)
-            bad |= bad_name
-        if isinstance(value, str):
+            name = _valid_utf8(name)[0]
+        if isinstance(value, list):  # the fields past the header's, under the key None
+            checked = [_valid_utf8(v) if isinstance(v, str) else (v, False) for v in value]
+            value = [v for v, _ in checked]
+            bad |= any(b for _, b in checked)
+        elif isinstance(value, str):
             value, bad_value = _valid_utf8(value)
             bad |= bad_value
         clean[name] = value
@@ -261,10 +267,10 @@ def expand_argument(argument: str) -> Iterator[Path | InputDocument]:
         seen: set[Path] = set()
         for match in matches:
             for item in expand_argument(match):
-                if isinstance(item, Path):
-                    if item.resolve() in seen:
+                if isinstance(item, Path):  # as spelled: two links to one file stay two
+                    if item in seen:
                         continue
-                    seen.add(item.resolve())
+                    seen.add(item)
                 yield item
         return
     if not path.exists():
@@ -446,8 +452,10 @@ def run_classify(
 
 def _open_output(out: Path) -> tuple[IO[str], Path | None]:
     """The handle rows are written to, and the hidden partial file to rename to ``out`` at the
-    end (None for a pipe or device such as ``/dev/stdout``, written as rows come)."""
-    if out.exists() and not out.is_file():
+    end (None for a pipe, a device or a link such as ``/dev/stdout``: written as rows come)."""
+    # Not for a link either (``/dev/stdout`` redirected to a file is a link to a regular file):
+    # renaming over it would replace the link, not write where it points.
+    if out.is_symlink() or (out.exists() and not out.is_file()):
         return open(out, "w", encoding="utf-8", newline=""), None
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(f".{out.name}.partial")

@@ -311,17 +311,20 @@ def test_no_csv_row_is_lost_to_a_long_field_or_a_bad_row(monkeypatch, tmp_path):
     table = tmp_path / "rows.csv"
     long_text = "word " * 40_000  # 200,000 characters: past the csv module's 131,072
     table.write_text(f"id,text\na,short one\nb,{long_text}\nc,after it\n")
-    rows = list(read_inputs([str(table)]))
-    assert [r.id for r in rows] == ["a", "b", "c"]
-    assert rows[1].text == long_text and not any(r.error for r in rows)
-    # A row the parser refuses (here: over a lowered limit) is one error row; reading goes on.
     limit = csv.field_size_limit()
     try:
+        csv.field_size_limit(131_072)  # the module's default, as a fresh process has it
+        rows = list(read_inputs([str(table)]))
+        # A row the parser refuses (here: over a lowered limit) is one error row; reading goes
+        # on.
         csv.field_size_limit(100)
         monkeypatch.setattr("docclass.inference.classify.CSV_FIELD_LIMIT", 100)
-        rows = list(read_inputs([str(table)]))
+        refused = list(read_inputs([str(table)]))
     finally:
         csv.field_size_limit(limit)
+    assert [r.id for r in rows] == ["a", "b", "c"]
+    assert rows[1].text == long_text and not any(r.error for r in rows)
+    rows = refused
     assert [r.id for r in rows] == ["a", f"{table}:2", "c"]
     assert "field larger than field limit" in rows[1].error and rows[2].text == "after it"
 
@@ -334,17 +337,17 @@ def test_no_csv_row_is_lost_to_a_long_field_or_a_bad_row(monkeypatch, tmp_path):
 )
 def test_tables_with_a_byte_order_mark_or_bad_bytes_keep_ids_and_say_so(tmp_path):
     csv_table, jsonl_table = tmp_path / "excel.csv", tmp_path / "rows.jsonl"
-    csv_table.write_bytes(
-        codecs.BOM_UTF8 + b"id,text\nA-1,clean row\nA-2,caf\xe9 \xa35m\n"  # Latin-1 bytes
+    csv_table.write_bytes(  # Latin-1 bytes in a row, in the header and in a surplus field
+        codecs.BOM_UTF8 + b"id,text,n\xe9\nA-1,clean row,1\nA-2,caf\xe9 \xa35m,2\nA-3,ok,3,\xe9\n"
     )
     jsonl_table.write_bytes(
         codecs.BOM_UTF8 + b'{"id": "J-1", "text": "clean"}\n{"id": "J-2", "text": "\xa35m"}\n'
     )
     rows = list(read_inputs([str(csv_table), str(jsonl_table)]))
-    assert [r.id for r in rows] == ["A-1", "A-2", "J-1", "J-2"]  # the mark is not in the header
-    assert [bool(r.warning) for r in rows] == [False, True, False, True]
+    assert [r.id for r in rows] == ["A-1", "A-2", "A-3", "J-1", "J-2"]  # the mark: not in "id"
+    assert [bool(r.warning) for r in rows] == [False, True, True, False, True]
     assert rows[1].text == "caf\ufffd \ufffd5m" and "U+FFFD" in rows[1].warning
-    assert rows[3].text == "\ufffd5m" and not any(r.error for r in rows)
+    assert rows[4].text == "\ufffd5m" and not any(r.error for r in rows)
 
 
 @pytest.mark.fault(
@@ -355,8 +358,10 @@ def test_a_recursive_pattern_names_each_file_once(tmp_path):
     (tmp_path / "data" / "sub").mkdir(parents=True)
     (tmp_path / "data" / "a.txt").write_text("one")
     (tmp_path / "data" / "sub" / "b.txt").write_text("two")
+    (tmp_path / "data" / "link.txt").symlink_to(tmp_path / "data" / "a.txt")
     rows = list(read_inputs([str(tmp_path / "data" / "**")]))
-    assert sorted(Path(r.id).name for r in rows) == ["a.txt", "b.txt"]
+    # A link is a name of its own, as in a folder argument.
+    assert sorted(Path(r.id).name for r in rows) == ["a.txt", "b.txt", "link.txt"]
 
 
 @pytest.mark.fault(
@@ -440,3 +445,13 @@ def test_a_pipe_as_out_gets_the_rows_as_they_come_and_stays_a_pipe(ckpt, tmp_pat
         "docs.csv",
         "pipe.jsonl",
     ]
+
+
+def test_a_link_as_out_is_written_through_and_kept(ckpt, tmp_path):
+    """As ``--out /dev/stdout`` is when standard output is redirected to a file."""
+    table, target, link = tmp_path / "docs.csv", tmp_path / "rows.jsonl", tmp_path / "out.jsonl"
+    table.write_text("id,text\n1,Shares rose.\n")
+    target.write_text("")
+    link.symlink_to(target)
+    main(["classify", "--ckpt", str(ckpt), str(table), "--out", str(link)])
+    assert link.is_symlink() and json.loads(target.read_text())["id"] == "1"
