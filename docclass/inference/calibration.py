@@ -230,14 +230,22 @@ def calibrate_command(
 
 def check_same_source(run_dir: Path, data: str, source: str) -> None:
     """Refuse a config whose source is not the one the run was trained on (``metrics.json``
-    records it): two tables numbered alike would give the run's split ids other documents,
-    and the temperature would be fitted on them without a word."""
-    trained_on = ((read_json(run_dir / "metrics.json") or {}).get("data") or {}).get("source")
-    if trained_on is None or str(trained_on) == str(source):
+    records it, a local path also resolved): two tables numbered alike would give the run's
+    split ids other documents, and the temperature would be fitted on them without a word."""
+    trained = (read_json(run_dir / "metrics.json") or {}).get("data") or {}
+    trained_on = trained.get("source")
+    if trained_on is None:
         return
-    if Path(str(trained_on)).resolve() == Path(str(source)).resolve():
-        return
-    raise DataError(
-        f"--data {data} reads {source}, but {run_dir} was trained on {trained_on}; give a "
-        "config whose data.source is the run's (its own is saved in the run's logs/ folder)"
-    )
+    where = trained.get("source_path")
+    if where is not None and Path(source).exists():
+        same = Path(source).resolve() == Path(where)
+    else:  # a name (the embedded corpus, a hub id), or a run from before paths were recorded
+        same = str(trained_on) == str(source) or (
+            Path(str(trained_on)).resolve() == Path(str(source)).resolve()
+        )
+    if not same:
+        raise DataError(
+            f"--data {data} reads {source}, but {run_dir} was trained on {where or trained_on}; "
+            "give a config whose data.source is the run's (its own is saved in the run's logs/ "
+            "folder)"
+        )

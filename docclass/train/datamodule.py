@@ -204,6 +204,10 @@ class DocDataModule(pl.LightningDataModule):
             self.source_spec.source,
         )
         self.stats = {"source": self.source_spec.source, **loaded.stats}
+        if Path(self.source_spec.source).exists():
+            # Where a relative path pointed when the run read it (later commands may run from
+            # another folder and must know whether they read the same file).
+            self.stats["source_path"] = str(Path(self.source_spec.source).resolve())
         self.stats["documents_read"] = sum(len(d) for d in splits.values())
         splits = self._clean(splits)
         self.splits = self._split(splits)

@@ -398,3 +398,24 @@ def test_a_calibration_file_of_an_earlier_format_is_refused_not_ignored(fitted, 
     (run / "calibration.json").write_text(json.dumps({"weights": "w", "temperature": 0.7}))
     with pytest.raises(CheckpointError, match="written by an earlier docclass"):
         DocClassifier.load(run / "checkpoints" / "last.ckpt", "cpu")
+
+
+def test_the_source_check_follows_a_path_from_any_folder(tmp_path, monkeypatch):
+    """The run recorded where its relative source pointed: another spelling of that file from
+    another folder is the same source; another file with the same name pattern is not."""
+    from docclass.inference.calibration import check_same_source
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "sub").mkdir()
+    for name in ("a.csv", "b.csv"):
+        (tmp_path / "data" / name).write_text("text,label\nx,y\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    data = {"source": "data/a.csv", "source_path": str(tmp_path / "data" / "a.csv")}
+    (run / "metrics.json").write_text(json.dumps({"data": data}))
+    monkeypatch.chdir(tmp_path / "sub")
+    check_same_source(run, "config.yaml", "../data/a.csv")
+    check_same_source(run, "config.yaml", str(tmp_path / "data" / "a.csv"))
+    for other in ("../data/b.csv", "bbc"):
+        with pytest.raises(DataError, match="was trained on .*data/a.csv"):
+            check_same_source(run, "config.yaml", other)
