@@ -41,6 +41,7 @@ class TestEmbeddedBBC:
     def test_duplicates_removed_and_splits_disjoint(self, bbc):
         assert bbc.stats["duplicates_removed"] == 100
         assert bbc.stats["documents_read"] == 2225
+        assert "source_path" not in bbc.stats  # a name, not a path: nothing to resolve
         train, val, test = (split_keys(bbc, s) for s in ("train", "val", "test"))
         assert not (train & test) and not (train & val) and not (val & test)
         assert len(train) + len(val) + len(test) == 2125
@@ -270,6 +271,8 @@ def test_local_files_with_string_labels(tmp_path, suffix):
     datamodule.prepare()
     assert datamodule.label_names == sorted(AG_NEWS_CLASSES)
     assert datamodule.stats["empty_dropped"] == 2
+    # Where the file was, for commands run later from another folder (calibrate checks it).
+    assert datamodule.stats["source_path"] == str(path.resolve())
 
 
 def test_folder_of_class_subfolders(tmp_path):
