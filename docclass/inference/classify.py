@@ -409,7 +409,8 @@ def run_classify(
     uncertain."""
     from tqdm import tqdm
 
-    to_stdout = out is None or out == "-"
+    # /dev/stdout opened anew would be truncated (`>> log` would lose the log): the stream it is.
+    to_stdout = out is None or out in ("-", "/dev/stdout")
     if not to_stdout:
         check_out_is_not_an_input(out, inputs)
     classifier = DocClassifier.load(ckpt, device)

@@ -31,7 +31,7 @@ from docclass.data.cleaning import (
     whitespace_key,
 )
 from docclass.data.samplers import BucketBatchSampler, EpochShuffleSampler
-from docclass.data.sources import SourceSpec, load_source
+from docclass.data.sources import SourceSpec, load_source, local_source_path
 from docclass.data.streaming import StreamedBatches, open_stream, stream_sample
 from docclass.data.tokenizer import (
     TokenizerSpec,
@@ -204,10 +204,11 @@ class DocDataModule(pl.LightningDataModule):
             self.source_spec.source,
         )
         self.stats = {"source": self.source_spec.source, **loaded.stats}
-        if Path(self.source_spec.source).exists():
+        local = local_source_path(self.source_spec.source)
+        if local is not None:
             # Where a relative path pointed when the run read it (later commands may run from
             # another folder and must know whether they read the same file).
-            self.stats["source_path"] = str(Path(self.source_spec.source).resolve())
+            self.stats["source_path"] = str(local)
         self.stats["documents_read"] = sum(len(d) for d in splits.values())
         splits = self._clean(splits)
         self.splits = self._split(splits)

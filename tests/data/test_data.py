@@ -8,7 +8,7 @@ from helpers import AG_NEWS_CLASSES, topical_rows, write_ag_news_like
 from docclass.data.batching import collate
 from docclass.data.cleaning import deduplicate, whitespace_key
 from docclass.data.samplers import BucketBatchSampler
-from docclass.data.sources import SourceSpec, decode_text, load_source
+from docclass.data.sources import SourceSpec, decode_text, load_source, local_source_path
 from docclass.data.tokenizer import TokenizerSpec
 from docclass.errors import DataError
 from docclass.train.datamodule import DocDataModule
@@ -404,3 +404,12 @@ def test_a_single_file_names_rows_by_its_id_column_else_by_row_number(tmp_path, 
     assert load_source(SourceSpec(str(plain))).splits["train"]["id"] == ["1", "2"]
     expected = ["doc-0", "doc-1"] if suffix == ".jsonl" else ["17", "x9"]
     assert load_source(SourceSpec(str(with_ids))).splits["train"]["id"] == expected
+
+
+def test_the_embedded_name_is_never_a_local_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bbc").mkdir()  # a folder of that name: "bbc" still reads the embedded corpus
+    (tmp_path / "docs.csv").write_text("text,label\nx,y\n")
+    assert local_source_path("bbc") is None
+    assert local_source_path("docs.csv") == tmp_path / "docs.csv"
+    assert local_source_path("ag_news") is None  # a hub name

@@ -416,6 +416,7 @@ def test_the_source_check_follows_a_path_from_any_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path / "sub")
     check_same_source(run, "config.yaml", "../data/a.csv")
     check_same_source(run, "config.yaml", str(tmp_path / "data" / "a.csv"))
-    for other in ("../data/b.csv", "bbc"):
+    (tmp_path / "sub" / "bbc").mkdir()  # a folder by the embedded corpus's name: not it
+    for other in ("../data/b.csv", "bbc", "data/a.csv"):  # the last: not here, not fetched
         with pytest.raises(DataError, match="was trained on .*data/a.csv"):
             check_same_source(run, "config.yaml", other)

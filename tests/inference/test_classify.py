@@ -455,3 +455,12 @@ def test_a_link_as_out_is_written_through_and_kept(ckpt, tmp_path):
     link.symlink_to(target)
     main(["classify", "--ckpt", str(ckpt), str(table), "--out", str(link)])
     assert link.is_symlink() and json.loads(target.read_text())["id"] == "1"
+
+
+def test_dev_stdout_as_out_is_the_output_stream_not_a_file_opened_anew(capsys, ckpt, tmp_path):
+    """Opened anew it would be truncated: `classify --out /dev/stdout >> log` would lose the
+    log's earlier lines."""
+    table = tmp_path / "docs.csv"
+    table.write_text("id,text\n1,Shares rose.\n")
+    main(["classify", "--ckpt", str(ckpt), str(table), "--out", "/dev/stdout"])
+    assert json.loads(capsys.readouterr().out)["id"] == "1"
