@@ -498,7 +498,7 @@ def report_cap(
     loaded = load_source(SourceSpec("bbc"))
     bbc = loaded.splits["train"]
     openings = [" ".join(text.split()[:words]) for text in bbc["text"]]
-    names = [loaded.label_names[label] for label in bbc["label"]]
+    names = list(bbc["label"])
     picks = [i % len(openings) for i in range(n_documents)]
     documents = Documents(
         [openings[i] for i in picks],

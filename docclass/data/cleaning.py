@@ -69,14 +69,15 @@ def encode_labels(
 
     Args:
         splits: datasets with a ``label`` column.
-        source_names: names of the source's integer labels (ClassLabel, class folders), if any.
+        source_names: the source's own class order (ClassLabel, class folders), if any; the
+            labels themselves are names by now (``load_source`` decodes each split's integers).
         wanted_names: the label order to use (a checkpoint's); default: the source's names, or
             the sorted distinct training labels.
         source: the source's name, for error messages.
     """
 
     def as_names(values: list) -> list[str]:
-        return [source_names[v] for v in values] if source_names else [str(v) for v in values]
+        return [str(v) for v in values]
 
     label_names = (
         wanted_names

@@ -78,13 +78,13 @@ def read_class_folders(root: Path) -> LoadedSource:
     """Read ``root/<class>/*.txt``: one document per file, its class named by its folder."""
     class_dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     ids, texts, labels, legacy = [], [], [], 0
-    for label, class_dir in enumerate(class_dirs):
+    for class_dir in class_dirs:
         for path in sorted(class_dir.glob("*.txt")):
             text, was_legacy = decode_text(path.read_bytes())
             legacy += was_legacy
             ids.append(f"{class_dir.name}/{path.name}")
             texts.append(text)
-            labels.append(label)
+            labels.append(class_dir.name)
     if not ids:
         raise DataError(
             f"no .txt files found under {root}/<class>/: put one sub-folder of .txt files per class"
@@ -203,12 +203,30 @@ def load_source(spec: SourceSpec) -> LoadedSource:
         ("test", spec.test_split),
     ):
         if name and name in loaded:
-            splits[role] = _standardise(loaded[name], spec, name)
+            splits[role] = _labels_as_names(_standardise(loaded[name], spec, name), spec, name)
         elif name and role == "val":
             raise DataError(f"{spec.source}: has no split {name!r} (it has {list(loaded)})")
     log.info("loaded %s splits %s", spec.source, [s for s in wanted if s in loaded])
-    label_feature = splits["train"].features.get("label")
+    train_feature = loaded[spec.train_split].features.get(spec.label_column or "label")
     label_names = (
-        list(label_feature.names) if isinstance(label_feature, datasets.ClassLabel) else None
+        list(train_feature.names) if isinstance(train_feature, datasets.ClassLabel) else None
     )
     return LoadedSource(splits, label_names)
+
+
+def _labels_as_names(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> datasets.Dataset:
+    """A ClassLabel column's integers as the names of this split's own feature, checked: -1,
+    the hub's "no label" (common on test splits), would otherwise index the last class."""
+    feature = dataset.features.get("label")
+    if not isinstance(feature, datasets.ClassLabel):
+        return dataset
+    values = dataset["label"]
+    bad = sorted({v for v in values if v is None or not 0 <= v < feature.num_classes}, key=str)
+    if bad:
+        raise DataError(
+            f"{spec.source} ({split}): label value(s) {bad[:5]} name no class of its "
+            f"{feature.num_classes} (-1 means unlabelled); drop those rows or choose a labelled "
+            "split (data.test_split)"
+        )
+    names = [feature.names[v] for v in values]
+    return dataset.remove_columns("label").add_column("label", names)

@@ -89,7 +89,14 @@ def open_stream(
 
 
 def _label_name(row: dict, names: tuple[str, ...]) -> dict:
-    return {"label": names[row["label"]]}
+    value = row["label"]
+    if value is None or not 0 <= value < len(names):
+        # -1 is the hub's "no label": as an index it would name the last class.
+        raise DataError(
+            f"stream: label value {value} names no class of its {len(names)} (-1 means "
+            "unlabelled); drop those rows or stream a labelled split"
+        )
+    return {"label": names[value]}
 
 
 def checked_rows(documents: Iterable[dict]) -> Iterator[dict]:

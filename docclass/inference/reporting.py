@@ -99,8 +99,7 @@ def _documents_from_source(
     elif chosen != split:
         log.info("%s has no %r split: explaining all %s documents", source, split, chosen)
     if "label" in dataset.column_names:
-        names = loaded.label_names
-        labels = [names[v] if names else str(v) for v in dataset["label"]]
+        labels = [str(v) for v in dataset["label"]]  # names already: load_source decodes them
     else:
         labels = [None] * len(dataset)
     return Documents(

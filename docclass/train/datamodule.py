@@ -8,6 +8,7 @@ Batches are described in :mod:`docclass.data.batching`.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import hashlib
@@ -259,6 +260,15 @@ class DocDataModule(pl.LightningDataModule):
 
     def _split(self, splits: dict[str, datasets.Dataset]) -> dict[str, datasets.Dataset]:
         if self.split_file:
+            if self.max_docs_per_class:
+                # The file is the split (a run's, an audit fold's): capping it would train on
+                # other documents than it names, and a resumed audit would see another split.
+                log.warning(
+                    "data.max_docs_per_class=%d is not applied: data.split_file %s fixes the "
+                    "split; set it to null to silence this",
+                    self.max_docs_per_class,
+                    self.split_file,
+                )
             return self._split_from_file(splits)
         names = self.label_names
         test_carved = "test" not in splits
@@ -289,6 +299,20 @@ class DocDataModule(pl.LightningDataModule):
             raise DataError(f"{path}: not a readable split.json ({error})") from error
         pool = datasets.concatenate_datasets(list(splits.values()))
         position = {doc_id: i for i, doc_id in enumerate(pool["id"])}
+        if len(position) < len(pool):
+            # An id naming two documents (a hub layout whose ids restart in every split) would
+            # put whichever came last into the named split: a test document into training.
+            repeated = collections.Counter(pool["id"]).most_common(1)[0][0]
+            raise DataError(
+                f"{self.source_spec.source}: id {repeated!r} names more than one document, so "
+                f"{path} cannot name documents by id; give every document a unique id column"
+            )
+        named = [doc_id for split in SPLITS for doc_id in wanted.get(split, [])]
+        if len(set(named)) < len(named):
+            twice = collections.Counter(named).most_common(1)[0][0]
+            raise DataError(
+                f"{path}: id {twice!r} is named twice; split.json's splits must not overlap"
+            )
         result = {}
         for split in SPLITS:
             missing = [doc_id for doc_id in wanted.get(split, []) if doc_id not in position]

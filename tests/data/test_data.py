@@ -335,6 +335,57 @@ def test_label_unseen_in_training(tmp_path):
     assert "label(s) ['z']" in message
 
 
+def _class_label_parquet(path, texts, labels, names):
+    features = datasets.Features(
+        {"text": datasets.Value("string"), "label": datasets.ClassLabel(names=names)}
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    datasets.Dataset.from_dict({"text": texts, "label": labels}, features=features).to_parquet(
+        str(path)
+    )
+
+
+@pytest.mark.fault(
+    "hub-style split whose ClassLabel is -1 (unlabelled)",
+    "one line naming the split and the value; never read as the last class",
+)
+def test_an_unlabelled_class_label_is_refused_not_read_as_the_last_class(tmp_path):
+    root = tmp_path / "hub"
+    _class_label_parquet(root / "data" / "train-0.parquet", ["a b", "c d"] * 10, [0, 1] * 10,
+                         ["neg", "pos"])  # fmt: skip
+    _class_label_parquet(root / "data" / "test-0.parquet", ["e f", "g h"], [-1, -1], ["neg", "pos"])
+    message = one_line_error(source=str(root), val_fraction=0.2)
+    assert "(test): label value(s) [-1]" in message and "unlabelled" in message
+
+
+@pytest.mark.fault(
+    "split.json reused on a source whose ids repeat (ids restarting in every split)",
+    "one line naming the id; never a test document trained on",
+)
+def test_a_split_file_refuses_ids_that_name_two_documents(tmp_path):
+    root = tmp_path / "hub"
+    (root / "data").mkdir(parents=True)
+    rows = topical_rows(40)
+    for split, part in (("train", slice(0, 30)), ("test", slice(30, 40))):
+        texts = rows["text"][part]
+        datasets.Dataset.from_dict(
+            {"id": [str(i) for i in range(len(texts))], "text": texts, "label": rows["label"][part]}
+        ).to_parquet(str(root / "data" / f"{split}-0.parquet"))
+    first = DocDataModule(source=str(root), tokenizer=SMALL_TOKENIZER, val_fraction=0.2)
+    first.write_split(tmp_path / "split.json")
+    message = one_line_error(source=str(root), split_file=str(tmp_path / "split.json"))
+    assert "names more than one document" in message and "unique id column" in message
+
+
+def test_a_split_file_whose_splits_overlap_is_refused(bbc, tmp_path):
+    bbc.write_split(tmp_path / "split.json")
+    split = json.loads((tmp_path / "split.json").read_text())
+    split["train"].append(split["test"][0])
+    (tmp_path / "split.json").write_text(json.dumps(split))
+    message = one_line_error(source="bbc", split_file=str(tmp_path / "split.json"))
+    assert f"id {split['test'][0]!r} is named twice" in message
+
+
 def test_empty_dataset(tmp_path):
     path = tmp_path / "empty.csv"
     path.write_text("text,label\n   ,a\n,b\n")
