@@ -136,6 +136,11 @@ def folder_label_names(config: dict[str, Any], path: Path) -> list[str]:
         ) from error
     if sorted(id2label) != list(range(count)):
         raise CheckpointError(f"{path}: id2label must number the classes 0 to {count - 1}")
+    if len(set(id2label.values())) < count:
+        raise CheckpointError(
+            f"{path}: a label name is given to two classes, so one class's probability would be "
+            "reported under the other's; export the model again"
+        )
     if {name: i for i, name in id2label.items()} != label2id:
         raise CheckpointError(
             f"{path}: id2label and label2id disagree, so a class would be reported under "

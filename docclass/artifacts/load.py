@@ -42,6 +42,15 @@ class TrainedClassifier:
         """The weights' fingerprint: what a measured figure must name to belong to them."""
         return weights_fingerprint(self.model.state_dict())
 
+    def __post_init__(self) -> None:
+        # Read from a file: `true` would cut every text to one token, -1 drop its last.
+        limit = self.max_tokens
+        if limit is not None and (type(limit) is not int or limit < 1):
+            raise CheckpointError(
+                f"max_tokens {limit!r}: must be a positive whole number or null; export or "
+                "train the model again"
+            )
+
     def with_temperature(self, temperature: float) -> TrainedClassifier:
         """The same classifier (the same network object) whose records divide the logits by
         ``temperature``; this one is left as it is."""

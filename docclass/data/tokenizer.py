@@ -122,8 +122,14 @@ def encode_batch(tokenizer: Tokenizer, texts: Sequence[str]) -> list[Encoding]:
     become the padding or unknown id, or a word would vanish from training and an all-"[PAD]"
     text would become an empty row. The setting is not saved in a tokenizer's JSON nor kept
     when it is pickled into a DataLoader worker, so it is set here, where every path encodes.
+    Truncation and padding saved in a tokenizer's JSON are turned off here too: docclass cuts at
+    ``max_tokens`` itself and says so (``truncated``), and padding would be read as words.
     """
     tokenizer.encode_special_tokens = True
+    if tokenizer.truncation is not None:
+        tokenizer.no_truncation()
+    if tokenizer.padding is not None:
+        tokenizer.no_padding()
     return tokenizer.encode_batch(list(texts), add_special_tokens=False)
 
 

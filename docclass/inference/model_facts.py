@@ -90,6 +90,13 @@ def _checked_calibration(facts: Any, where: Path) -> dict[str, Any]:
             f"{where}: calibration temperature {temperature!r} is not a number in "
             f"[{low}, {high}]; calibrate again with 'docclass calibrate'"
         )
+    if facts.get("fit", "likelihood") != "likelihood" and temperature != 1:
+        # The record says the probabilities stay raw (as /info and the card report), yet holds
+        # a temperature that predict would divide by: one of the two is wrong.
+        raise CheckpointError(
+            f"{where}: calibration fitted no temperature ({facts['fit']!r}) but stores "
+            f"{temperature}; calibrate again with 'docclass calibrate'"
+        )
     return facts
 
 

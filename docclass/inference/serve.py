@@ -96,6 +96,20 @@ class PredictRequest(BaseModel):
     min_probability: float | None = Field(default=None, gt=0, le=1, strict=True)
 
     @model_validator(mode="after")
+    def _texts_are_unicode(self) -> "PredictRequest":
+        # JSON may spell a lone surrogate ("\ud800"), which the tokenizer refuses: refused
+        # here, for this request alone, not in the worker for its whole batch.
+        for i, text in enumerate(self.texts):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as error:
+                raise ValueError(
+                    f"texts[{i}] holds a lone surrogate at character {error.start}; send "
+                    "valid Unicode"
+                ) from None
+        return self
+
+    @model_validator(mode="after")
     def _threshold_on_calibrated(self) -> "PredictRequest":
         # Refused here, as a 422 for this request alone: a refusal in the worker would fail
         # every request batched with it.

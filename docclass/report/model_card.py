@@ -97,14 +97,16 @@ def _scores_section(facts: dict[str, Any]) -> list[str]:
         return ["## Scores", "", f"Not measured on these weights: {_cell(why)}.", ""]
     lines = ["## Scores", ""]
     lines.append(
-        f"On the held-out test split ({test.get('n_documents', '?')} documents, never used to "
+        f"On the held-out test split ({_cell(test.get('n_documents', '?'))} documents, never "
+        "used to "
         f"choose anything): accuracy **{test['accuracy']:.4f}**, macro-F1 "
         f"**{test['macro_f1']:.4f}**."
     )
     if spread:
         accuracy, macro_f1 = spread["accuracy"], spread["macro_f1"]
         lines.append(
-            f"The same recipe over {spread['seeds']} seeds: accuracy {accuracy['mean']:.4f} ± "
+            f"The same recipe over {_cell(spread['seeds'])} seeds: accuracy "
+            f"{accuracy['mean']:.4f} ± "
             f"{accuracy['std']:.4f}, macro-F1 {macro_f1['mean']:.4f} ± {macro_f1['std']:.4f} "
             "(mean ± sd)."
         )
@@ -128,7 +130,7 @@ def _faithfulness_section(facts: dict[str, Any]) -> list[str]:
     lines.append(
         "Every prediction can be explained word by word; `predict(word_scores=True)` and the "
         "server return the scores of the default method"
-        + (f". {reason[:1].upper()}{reason[1:]}" if reason else ".")
+        + (f". {_cell(reason[:1].upper() + reason[1:])}" if reason else ".")
     )
     if not tables:
         return [*lines, "", "Faithfulness was not measured for this model.", ""]
@@ -150,8 +152,8 @@ def _faithfulness_section(facts: dict[str, Any]) -> list[str]:
         removal = table.get("removal", "mask") if own else name
         lines += [
             ("The report's table, which chose the default: r" if own else "R")
-            + f"emoval by {REMOVAL_LABELS.get(removal, removal)} ("
-            + (table.get("sample") or f"{table.get('documents', '?')} documents")
+            + f"emoval by {_cell(REMOVAL_LABELS.get(removal, removal))} ("
+            + _cell(table.get("sample") or f"{table.get('documents', '?')} documents")
             + "):",
             "",
             "| method | comprehensiveness | × random | sufficiency |",
@@ -174,9 +176,9 @@ def _limits_section(facts: dict[str, Any]) -> list[str]:
     lines = ["## Limitations", ""]
     if limit:
         cut = data.get("test_truncated")
-        cut_note = f" ({cut} of the test documents were longer)" if cut is not None else ""
+        cut_note = f" ({_cell(cut)} of the test documents were longer)" if cut is not None else ""
         lines.append(
-            f"- Reads the first **{limit} tokens** of a document{cut_note}; the rest is not "
+            f"- Reads the first **{_cell(limit)} tokens** of a document{cut_note}; the rest is not "
             "seen, and results flag `truncated`."
         )
     else:
@@ -204,7 +206,7 @@ def _split_sentence(split: dict[str, Any]) -> str:
     return (
         f"Validation ({100 * (split.get('val_fraction') or 0):.0f} %) and test "
         f"({100 * (split.get('test_fraction') or 0):.0f} %) were held out at random, split seed "
-        f"{split['split_seed']}."
+        f"{_cell(split['split_seed'])}."
     )
 
 
@@ -218,7 +220,7 @@ def model_card(facts: dict[str, Any]) -> str:
     data = facts.get("data") or {}
     lines = [*_front_matter(facts), f"# {_cell(facts['name'])}", ""]
     lines.append(
-        f"A document classifier trained with docclass {facts.get('docclass_version', '')}: "
+        f"A document classifier trained with docclass {_cell(facts.get('docclass_version', ''))}: "
         + (
             f"the pre-trained encoder `{_cell(origin)}`"
             if origin
@@ -238,10 +240,11 @@ def model_card(facts: dict[str, Any]) -> str:
     if data:
         lines.append(
             f"Source: {_cell(facts.get('data_name', data.get('source', '?')))}. "
-            f"{data.get('train_documents', '?')} training, {data.get('val_documents', '?')} "
-            f"validation and {data.get('test_documents', '?')} test documents after removing "
-            f"{data.get('duplicates_removed', 0)} duplicates (a duplicate never straddles two "
-            f"splits). {_split_sentence(facts.get('split') or {})}"
+            f"{_cell(data.get('train_documents', '?'))} training, "
+            f"{_cell(data.get('val_documents', '?'))} validation and "
+            f"{_cell(data.get('test_documents', '?'))} test documents after removing "
+            f"{_cell(data.get('duplicates_removed', 0))} duplicates (a duplicate never "
+            f"straddles two splits). {_split_sentence(facts.get('split') or {})}"
         )
     else:
         lines.append("Not recorded.")

@@ -4,12 +4,13 @@ import datasets
 import pytest
 import torch
 from helpers import AG_NEWS_CLASSES, topical_rows, write_ag_news_like
+from tokenizers import Tokenizer
 
 from docclass.data.batching import collate
 from docclass.data.cleaning import deduplicate, whitespace_key
 from docclass.data.samplers import BucketBatchSampler
 from docclass.data.sources import SourceSpec, decode_text, load_source, local_source_path
-from docclass.data.tokenizer import TokenizerSpec
+from docclass.data.tokenizer import TokenizerSpec, encode_batch
 from docclass.errors import DataError
 from docclass.train.datamodule import DocDataModule
 
@@ -85,6 +86,16 @@ class TestEmbeddedBBC:
             if w.isalpha() and len(w) > 6 and w not in train_text
         }
         assert held_out_only and not held_out_only & vocabulary.keys()
+
+    def test_a_tokenizer_files_own_truncation_and_padding_are_not_applied(self, bbc):
+        # A tokenizer.json edited or exported elsewhere may carry them: docclass cuts at
+        # max_tokens itself (and flags it), and padding would be read as words.
+        text = bbc.splits["test"]["text"][0]
+        plain = encode_batch(Tokenizer.from_str(bbc.tokenizer.to_str()), [text])[0].ids
+        edited = Tokenizer.from_str(bbc.tokenizer.to_str())
+        edited.enable_truncation(3)
+        edited.enable_padding(length=len(plain) + 40)
+        assert encode_batch(Tokenizer.from_str(edited.to_str()), [text])[0].ids == plain
 
     def test_truncation_is_flagged(self, bbc):
         tokenized = bbc.tokenized("test")

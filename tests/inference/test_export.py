@@ -22,7 +22,7 @@ from docclass.artifacts.load import load_classifier
 from docclass.cli import main
 from docclass.errors import CheckpointError
 from docclass.inference.export import export_model
-from docclass.report.model_card import _faithfulness_section
+from docclass.report.model_card import _faithfulness_section, model_card
 
 TEXTS = [
     "Shares in the bank rose after it reported record quarterly profits.",
@@ -121,6 +121,39 @@ def test_card_escapes_label_names(ckpt, tmp_path):
     assert "<script>" not in card and "&lt;script&gt;" in card
     assert "<b>" not in card and "a&#124;b" in card
     assert DocClassifier.load(tmp_path, device="cpu").labels[0] == "<script>x</script>"
+
+
+def test_card_escapes_every_recorded_value():
+    # A re-exported folder's config.json is read back into the card: none of it is markup.
+    tag = "<img src=x onerror=alert(1)>"
+    figures = {"mean": 0.9, "std": 0.01}
+    methods = {"contribution": {"comprehensiveness": 0.5, "sufficiency": 0.1}}
+    card = model_card(
+        {
+            "name": "n",
+            "labels": ["a", "b"],
+            "max_tokens": tag,
+            "docclass_version": tag,
+            "data": {
+                "source": tag,
+                "train_documents": tag,
+                "val_documents": tag,
+                "test_documents": tag,
+                "duplicates_removed": tag,
+                "test_truncated": tag,
+            },
+            "split": {"split_seed": tag},
+            "test": {"accuracy": 0.9, "macro_f1": 0.9, "n_documents": tag},
+            "spread": {"seeds": tag, "accuracy": figures, "macro_f1": figures},
+            "default_method": {"reason": tag},
+            "faithfulness": {
+                "mask": {"sample": tag, "methods": methods},
+                tag: {"methods": methods},
+            },
+        }
+    )
+    assert "<img" not in card
+    assert card.count("&lt;img") >= 12
 
 
 def test_the_runs_figures_name_the_weights_they_were_measured_on(fitted, ckpt):
@@ -222,6 +255,17 @@ def _swap_labels_together(config):
     config["label2id"] = {name: int(i) for i, name in names.items()}
 
 
+def _name_two_classes_alike(config):
+    """Class 0 named like class 1: both maps still agree once the name collapses in label2id."""
+    names = config["id2label"]
+    names["0"] = names["1"]
+    config["label2id"] = {name: int(i) for i, name in names.items()}
+
+
+def _unfitted_temperature(config):
+    config["calibration"] = {"temperature": 0.25, "fit": "no temperature in range fits"}
+
+
 def _widen_model(config):
     config["model_config"]["d_model"] = 64
 
@@ -257,6 +301,21 @@ BROKEN = [
     ("not docclass", lambda f: _edit_config(f, lambda c: c.update(model_type="bert")), "is not"),
     ("no tokenizer", lambda f: (f / "tokenizer.json").unlink(), "lacks tokenizer.json"),
     (
+        "a label named twice",
+        lambda f: _edit_config(f, _name_two_classes_alike),
+        "config.json: a label name is given to two classes",
+    ),
+    (
+        "max_tokens not a count",
+        lambda f: _edit_config(f, lambda c: c.update(max_tokens=True)),
+        "max_tokens True: must be a positive whole number",
+    ),
+    (
+        "a temperature where none was fitted",
+        lambda f: _edit_config(f, _unfitted_temperature),
+        "config.json: calibration fitted no temperature",
+    ),
+    (
         "unknown method",
         lambda f: _edit_config(f, lambda c: c.update(default_method={"method": "lime"})),
         "config.json: default_method 'lime' is not one of",
@@ -268,7 +327,8 @@ BROKEN = [
     "model folder: weights replaced or damaged, config.json edited (labels swapped together), "
     "no manifest, unreadable safetensors header, label maps that disagree, config that does "
     "not fit the tensors (a giant one too), not a docclass folder, missing file, unknown "
-    "default word-score method",
+    "default word-score method, a label name given to two classes, a max_tokens that is not a "
+    "count, a temperature stored where the record says none was fitted",
     "one line naming the file (`docclass: error: …`), exit status 2; nothing predicted",
 )
 @pytest.mark.parametrize(("damage", "message"), [b[1:] for b in BROKEN], ids=[b[0] for b in BROKEN])

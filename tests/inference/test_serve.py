@@ -245,6 +245,8 @@ BAD_BODIES = [
         b'{"texts": ["a"], "min_probability": 0.5, "calibrated": false}',
         "min_probability applies to the calibrated probabilities",
     ),
+    # A lone surrogate is valid JSON but no text: refused for this request, never its batch.
+    (b'{"texts": ["ok", "lone \\ud800 surrogate"]}', "texts[1] holds a lone surrogate"),
     (b"[]", "body: Input should be a valid dictionary"),
     (
         json.dumps({"texts": ["a"] * (MAX_TEXTS_PER_REQUEST + 1)}).encode(),
@@ -255,7 +257,7 @@ BAD_BODIES = [
 
 @pytest.mark.fault(
     "server: malformed JSON, wrong types, unknown field, no texts, more than 256 "
-    "texts, negative `top_words`",
+    "texts, negative `top_words`, a text holding a lone surrogate (`\\ud800`)",
     "422 with a one-line `error` naming the fix; the server keeps serving",
 )
 @pytest.mark.parametrize(("body", "message"), BAD_BODIES, ids=[m for _, m in BAD_BODIES])
