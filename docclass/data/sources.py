@@ -178,6 +178,23 @@ def local_source_path(source: str) -> Path | None:
     return path.resolve() if source != EMBEDDED_SOURCE and path.exists() else None
 
 
+def looks_like_a_missing_path(source: str) -> bool:
+    """True when ``source`` does not exist here yet can only mean a local path: a data-file
+    suffix, a leading ``.``/``/``/``~``, more parts than a hub ``owner/name``, or a first part
+    that is a folder here (``data/my_corpus`` beside ``data/``). Such a name is refused, never
+    fetched: a misspelt path must not download whatever the hub holds under it."""
+    path = Path(source)
+    if path.exists():
+        return False
+    parts = source.replace("\\", "/").split("/")
+    return (
+        path.suffix.lower() in FILE_FORMATS
+        or source.startswith((".", "/", "~"))
+        or len(parts) > 2
+        or (len(parts) == 2 and Path(parts[0]).is_dir())
+    )
+
+
 def load_source(spec: SourceSpec) -> LoadedSource:
     """Read a source's splits as they are (no de-duplication or splitting here)."""
     if spec.source == EMBEDDED_SOURCE:
@@ -185,10 +202,11 @@ def load_source(spec: SourceSpec) -> LoadedSource:
     path = Path(spec.source)
     if path.is_dir() and _is_class_folder_tree(path):
         return read_class_folders(path)
-    if not path.exists() and (
-        path.suffix.lower() in FILE_FORMATS or spec.source.startswith((".", "/", "~"))
-    ):
-        raise DataError(f"{spec.source}: no such file or folder; check the path in data.source")
+    if looks_like_a_missing_path(spec.source):
+        raise DataError(
+            f"{spec.source}: no such file or folder; check the path in data.source (a hub "
+            "dataset is owner/name, its owner not a folder here)"
+        )
     loaded = _load_with_datasets(spec)
     wanted = [s for s in (spec.train_split, spec.val_split, spec.test_split) if s]
     if spec.train_split not in loaded:

@@ -27,7 +27,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from docclass.data.batching import length_batches
 from docclass.data.cleaning import label_sort_key, whitespace_key
-from docclass.data.sources import FILE_FORMATS
+from docclass.data.sources import FILE_FORMATS, looks_like_a_missing_path
 from docclass.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,8 @@ def open_stream(
             )
         except StopIteration as error:
             raise DataError(f"data.stream {stream!r} holds no documents") from error
+    elif looks_like_a_missing_path(stream):
+        raise DataError(f"data.stream {stream!r}: no such file; check the path or the pattern")
     else:
         try:
             loaded = datasets.load_dataset(stream, hub_config, split=split, streaming=True)

@@ -10,6 +10,7 @@ from docclass.data.batching import collate
 from docclass.data.cleaning import deduplicate, whitespace_key
 from docclass.data.samplers import BucketBatchSampler
 from docclass.data.sources import SourceSpec, decode_text, load_source, local_source_path
+from docclass.data.streaming import open_stream
 from docclass.data.tokenizer import TokenizerSpec, encode_batch
 from docclass.errors import DataError
 from docclass.train.datamodule import DocDataModule
@@ -315,6 +316,24 @@ def one_line_error(**settings) -> str:
 def test_missing_file(tmp_path):
     message = one_line_error(source=str(tmp_path / "nope.csv"))
     assert "nope.csv: no such file" in message
+
+
+@pytest.mark.fault(
+    "data source or stream spelt like a path that does not exist (`data/my_corpus` beside a "
+    "`data/` folder, `a/b/c`)",
+    "one line naming it; never fetched from the hub",
+)
+@pytest.mark.parametrize("source", ["data/my_corpus", "corpora/news/train"])
+def test_a_missing_path_is_never_read_as_a_hub_name(tmp_path, monkeypatch, source):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    fetched = []
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: fetched.append(a))
+    message = one_line_error(source=source)
+    assert f"{source}: no such file or folder" in message
+    with pytest.raises(DataError, match="no such file"):
+        open_stream(source)
+    assert not fetched
 
 
 @pytest.mark.fault(
