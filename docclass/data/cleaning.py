@@ -79,6 +79,15 @@ def encode_labels(
     def as_names(values: list) -> list[str]:
         return [str(v) for v in values]
 
+    for split, dataset in splits.items():
+        # A missing label must not become a class named "None" (or ""), trained and scored.
+        blank = [i for i, v in enumerate(dataset["label"]) if v is None or not str(v).strip()]
+        if blank:
+            raise DataError(
+                f"{source} ({split}): {len(blank)} document(s) have no label (first: id "
+                f"{dataset['id'][blank[0]]!r}); fill the label or drop those rows"
+            )
+
     label_names = (
         wanted_names
         or source_names

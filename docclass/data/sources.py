@@ -118,7 +118,10 @@ def _load_with_datasets(spec: SourceSpec) -> datasets.DatasetDict:
                     f"{spec.source}: unsupported file type {path.suffix!r}; "
                     f"use one of {', '.join(FILE_FORMATS)}"
                 )
-            return datasets.load_dataset(builder, data_files={"train": str(path)})
+            # A CSV's "NA", "null" or "N/A" is a label or a text, not a missing value: pandas'
+            # default would merge such classes into one and drop such documents as empty.
+            options = {"keep_default_na": False} if builder == "csv" else {}
+            return datasets.load_dataset(builder, data_files={"train": str(path)}, **options)
         return datasets.load_dataset(spec.source, spec.hub_config)
     except DataError:
         raise

@@ -336,6 +336,28 @@ def test_a_missing_path_is_never_read_as_a_hub_name(tmp_path, monkeypatch, sourc
     assert not fetched
 
 
+def test_csv_placeholders_are_values_not_missing(tmp_path):
+    # pandas would read "NA" and "null" as missing: two classes merged into one "None".
+    path = tmp_path / "d.csv"
+    path.write_text("text,label\nNA,NA\nsome text,null\nmore text,N/A\n")
+    train = load_source(SourceSpec(str(path))).splits["train"]
+    assert list(train["text"]) == ["NA", "some text", "more text"]
+    assert list(train["label"]) == ["NA", "null", "N/A"]
+
+
+@pytest.mark.fault(
+    "table row with a blank label",
+    "one line naming the split, the count and the first id; never a class named None",
+)
+def test_a_blank_label_is_refused(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text(
+        "text,label\n" + "".join(f"doc {i} words,{i % 2}\n" for i in range(20)) + "x y,\n"
+    )
+    message = one_line_error(source=str(path))
+    assert "1 document(s) have no label (first: id '21')" in message
+
+
 @pytest.mark.fault(
     "table without the configured text / label column",
     "one line naming the columns it has",
