@@ -63,23 +63,38 @@ def bbc_data_dir() -> Path:
 
 
 def decode_text(raw: bytes) -> tuple[str, bool]:
-    """Decode UTF-8; fall back to Windows-1252 (a superset of Latin-1) for legacy files.
+    """Decode UTF-8; a file with a UTF-16 byte-order mark as UTF-16; a file with no valid
+    multi-byte UTF-8 at all as Windows-1252 (a superset of Latin-1, for legacy files).
+
+    A UTF-8 file with a few bad bytes keeps UTF-8 (the bad bytes replaced): read as
+    Windows-1252 every other accented letter would become two wrong characters.
 
     Returns:
-        ``(text, was_legacy)``; ``was_legacy`` is True when UTF-8 failed.
+        ``(text, was_legacy)``; ``was_legacy`` is True when strict UTF-8 failed.
     """
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return raw.decode("utf-16", errors="replace"), True
     try:
         return raw.decode("utf-8"), False
     except UnicodeDecodeError:
+        lenient = raw.decode("utf-8", errors="replace")
+        if any(ord(c) > 127 and c != "\ufffd" for c in lenient):
+            return lenient, True
         return raw.decode("cp1252", errors="replace"), True
 
 
 def read_class_folders(root: Path) -> LoadedSource:
     """Read ``root/<class>/*.txt``: one document per file, its class named by its folder."""
-    class_dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    folders = sorted(p for p in root.iterdir() if p.is_dir())
+    # Hidden and system folders (.git, __MACOSX) and folders without text files are no class:
+    # as one, they would add an output the model never trains.
+    class_dirs = [d for d in folders if not d.name.startswith((".", "__")) and _text_files(d)]
+    skipped = [d.name for d in folders if d not in class_dirs]
+    if skipped:
+        log.warning("%s: not classes (hidden, or no .txt files): %s", root, skipped)
     ids, texts, labels, legacy = [], [], [], 0
     for class_dir in class_dirs:
-        for path in sorted(class_dir.glob("*.txt")):
+        for path in _text_files(class_dir):
             text, was_legacy = decode_text(path.read_bytes())
             legacy += was_legacy
             ids.append(f"{class_dir.name}/{path.name}")
@@ -90,15 +105,30 @@ def read_class_folders(root: Path) -> LoadedSource:
             f"no .txt files found under {root}/<class>/: put one sub-folder of .txt files per class"
         )
     if legacy:
-        log.info("%d file(s) in %s were not valid UTF-8; decoded as Windows-1252", legacy, root)
+        log.warning(
+            "%d file(s) in %s were not valid UTF-8: read as UTF-16 (with its mark), as UTF-8 "
+            "with bad bytes replaced, or as Windows-1252 (no UTF-8 in them); save them as UTF-8",
+            legacy,
+            root,
+        )
     dataset = datasets.Dataset.from_dict({"id": ids, "text": texts, "label": labels})
     return LoadedSource(
         {"train": dataset}, [d.name for d in class_dirs], {"non_utf8_files": legacy}
     )
 
 
+def _text_files(folder: Path) -> list[Path]:
+    """A class folder's documents: ``*.txt`` in any case (``A.TXT``), never a hidden file
+    (macOS's ``._a.txt`` holds metadata, not text)."""
+    return sorted(
+        p
+        for p in folder.iterdir()
+        if p.suffix.lower() == ".txt" and not p.name.startswith(".") and p.is_file()
+    )
+
+
 def _is_class_folder_tree(path: Path) -> bool:
-    return any(child.is_dir() and any(child.glob("*.txt")) for child in path.iterdir())
+    return any(child.is_dir() and _text_files(child) for child in path.iterdir())
 
 
 def root_cause(error: BaseException) -> BaseException:

@@ -29,6 +29,11 @@ def _cell(value: Any) -> str:
     return html.escape(str(value)).replace("|", "&#124;").replace("\n", " ")
 
 
+def _prose(value: Any) -> str:
+    """Text safe in a Markdown paragraph rendered as HTML: no markup, quotes left readable."""
+    return html.escape(str(value), quote=False).replace("\n", " ")
+
+
 def _yaml_string(value: Any) -> str:
     # JSON strings are YAML strings: quotes and backslashes escaped, no tag or anchor parsed.
     return json.dumps(str(value))
@@ -97,7 +102,7 @@ def _scores_section(facts: dict[str, Any]) -> list[str]:
         return ["## Scores", "", f"Not measured on these weights: {_cell(why)}.", ""]
     lines = ["## Scores", ""]
     lines.append(
-        f"On the held-out test split ({_cell(test.get('n_documents', '?'))} documents, never "
+        f"On the held-out test split ({_prose(test.get('n_documents', '?'))} documents, never "
         "used to "
         f"choose anything): accuracy **{test['accuracy']:.4f}**, macro-F1 "
         f"**{test['macro_f1']:.4f}**."
@@ -105,7 +110,7 @@ def _scores_section(facts: dict[str, Any]) -> list[str]:
     if spread:
         accuracy, macro_f1 = spread["accuracy"], spread["macro_f1"]
         lines.append(
-            f"The same recipe over {_cell(spread['seeds'])} seeds: accuracy "
+            f"The same recipe over {_prose(spread['seeds'])} seeds: accuracy "
             f"{accuracy['mean']:.4f} ± "
             f"{accuracy['std']:.4f}, macro-F1 {macro_f1['mean']:.4f} ± {macro_f1['std']:.4f} "
             "(mean ± sd)."
@@ -130,7 +135,7 @@ def _faithfulness_section(facts: dict[str, Any]) -> list[str]:
     lines.append(
         "Every prediction can be explained word by word; `predict(word_scores=True)` and the "
         "server return the scores of the default method"
-        + (f". {_cell(reason[:1].upper() + reason[1:])}" if reason else ".")
+        + (f". {_prose(reason[:1].upper() + reason[1:])}" if reason else ".")
     )
     if not tables:
         return [*lines, "", "Faithfulness was not measured for this model.", ""]
@@ -152,8 +157,8 @@ def _faithfulness_section(facts: dict[str, Any]) -> list[str]:
         removal = table.get("removal", "mask") if own else name
         lines += [
             ("The report's table, which chose the default: r" if own else "R")
-            + f"emoval by {_cell(REMOVAL_LABELS.get(removal, removal))} ("
-            + _cell(table.get("sample") or f"{table.get('documents', '?')} documents")
+            + f"emoval by {_prose(REMOVAL_LABELS.get(removal, removal))} ("
+            + _prose(table.get("sample") or f"{table.get('documents', '?')} documents")
             + "):",
             "",
             "| method | comprehensiveness | × random | sufficiency |",
@@ -176,10 +181,10 @@ def _limits_section(facts: dict[str, Any]) -> list[str]:
     lines = ["## Limitations", ""]
     if limit:
         cut = data.get("test_truncated")
-        cut_note = f" ({_cell(cut)} of the test documents were longer)" if cut is not None else ""
+        cut_note = f" ({_prose(cut)} of the test documents were longer)" if cut is not None else ""
         lines.append(
-            f"- Reads the first **{_cell(limit)} tokens** of a document{cut_note}; the rest is not "
-            "seen, and results flag `truncated`."
+            f"- Reads the first **{_prose(limit)} tokens** of a document{cut_note}; the rest is "
+            "not seen, and results flag `truncated`."
         )
     else:
         lines.append("- Reads every token of a document (no truncation).")
@@ -206,7 +211,7 @@ def _split_sentence(split: dict[str, Any]) -> str:
     return (
         f"Validation ({100 * (split.get('val_fraction') or 0):.0f} %) and test "
         f"({100 * (split.get('test_fraction') or 0):.0f} %) were held out at random, split seed "
-        f"{_cell(split['split_seed'])}."
+        f"{_prose(split['split_seed'])}."
     )
 
 
@@ -220,7 +225,7 @@ def model_card(facts: dict[str, Any]) -> str:
     data = facts.get("data") or {}
     lines = [*_front_matter(facts), f"# {_cell(facts['name'])}", ""]
     lines.append(
-        f"A document classifier trained with docclass {_cell(facts.get('docclass_version', ''))}: "
+        f"A document classifier trained with docclass {_prose(facts.get('docclass_version', ''))}: "
         + (
             f"the pre-trained encoder `{_cell(origin)}`"
             if origin
@@ -240,10 +245,10 @@ def model_card(facts: dict[str, Any]) -> str:
     if data:
         lines.append(
             f"Source: {_cell(facts.get('data_name', data.get('source', '?')))}. "
-            f"{_cell(data.get('train_documents', '?'))} training, "
-            f"{_cell(data.get('val_documents', '?'))} validation and "
-            f"{_cell(data.get('test_documents', '?'))} test documents after removing "
-            f"{_cell(data.get('duplicates_removed', 0))} duplicates (a duplicate never "
+            f"{_prose(data.get('train_documents', '?'))} training, "
+            f"{_prose(data.get('val_documents', '?'))} validation and "
+            f"{_prose(data.get('test_documents', '?'))} test documents after removing "
+            f"{_prose(data.get('duplicates_removed', 0))} duplicates (a duplicate never "
             f"straddles two splits). {_split_sentence(facts.get('split') or {})}"
         )
     else:

@@ -198,12 +198,16 @@ def test_collate_pads_and_masks():
 
 
 @pytest.mark.fault(
-    "corpus file that is not valid UTF-8",
-    "decoded as Windows-1252 and counted in `metrics.json`",
+    "class-folder file that is not valid UTF-8",
+    "UTF-16 by its mark, UTF-8 with the bad bytes replaced, or Windows-1252 when it holds no "
+    "UTF-8; a warning, and counted in `metrics.json`",
 )
 def test_decode_falls_back_to_windows_1252():
     assert decode_text("£5 café".encode()) == ("£5 café", False)
     assert decode_text(b"\xa35 caf\xe9") == ("£5 café", True)
+    # Mostly UTF-8 with one stray Windows-1252 byte: the UTF-8 stays, the byte is replaced.
+    assert decode_text("café naïve ".encode() + b"\x96 dash") == ("café naïve \ufffd dash", True)
+    assert decode_text("hi there".encode("utf-16")) == ("hi there", True)
 
 
 def test_deduplicate_keeps_first_and_drops_conflicts():
@@ -298,6 +302,20 @@ def test_folder_of_class_subfolders(tmp_path):
     )
     assert datamodule.num_classes == 4
     assert datamodule.splits["test"]["id"][0].endswith(".txt")
+
+
+def test_class_folders_skip_system_folders_and_hidden_files_and_read_any_case(tmp_path):
+    for name, text in (("sport/a.txt", "goal match"), ("tech/b.TXT", "chip code")):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    (tmp_path / "sport" / "._a.txt").write_bytes(b"\x00\x05\x16\x07 mac metadata")
+    (tmp_path / "__MACOSX" / "sport").mkdir(parents=True)
+    (tmp_path / "__MACOSX" / "x.txt").write_text("resource fork")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.md").write_text("not a class")
+    loaded = load_source(SourceSpec(str(tmp_path)))
+    assert loaded.label_names == ["sport", "tech"]
+    assert list(loaded.splits["train"]["id"]) == ["sport/a.txt", "tech/b.TXT"]
 
 
 # -- bad input: one line naming the problem and the fix ------------------------------------

@@ -5,6 +5,7 @@ land in a local folder) and for ``snapshot_download`` (downloads read from it), 
 arguments docclass passes, so the round trip export → push → load by id runs offline.
 """
 
+import html
 import json
 import shutil
 import struct
@@ -92,7 +93,8 @@ def test_model_card_states_what_the_run_measured(exported, fitted):
     report = json.loads((fitted / "report" / "report.json").read_text())
     table = report["faithfulness"]["methods"]
     config = json.loads((exported / "config.json").read_text())
-    assert config["default_method"]["reason"][1:] in card  # its first letter capitalised
+    # Its first letter capitalised, and escaped ("sufficiency < random's" is not markup).
+    assert html.escape(config["default_method"]["reason"][1:], quote=False) in card
     assert f"| class contribution | {table['contribution']['comprehensiveness']:.3f} |" in card
     assert "attention_head" not in card and "head 0" not in card  # views, not methods
     assert "first **64 tokens**" in card
