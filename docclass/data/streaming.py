@@ -269,11 +269,14 @@ class StreamedBatches(IterableDataset):
             pass_index += 1
 
 
-def stream_sample(documents: Iterable[dict], size: int) -> list[str]:
-    """The first ``size`` non-empty texts of a stream (what the tokenizer is trained on)."""
+def stream_sample(
+    documents: Iterable[dict], size: int, held_out: frozenset[str] = frozenset()
+) -> list[str]:
+    """The first ``size`` non-empty texts of a stream (what the tokenizer is trained on), the
+    held-out ones (whitespace keys of validation and test texts) skipped as training skips them."""
     texts = []
     for row in checked_rows(documents):
-        if row["text"] and row["text"].strip():
+        if row["text"] and row["text"].strip() and whitespace_key(row["text"]) not in held_out:
             texts.append(row["text"])
             if len(texts) == size:
                 break

@@ -218,7 +218,9 @@ class DocDataModule(pl.LightningDataModule):
         elif self.encoder:
             self.tokenizer = encoder_tokenizer(locate_encoder(self.encoder))
         elif self.stream:
-            sample = stream_sample(self._stream_documents()(), self.tokenizer_documents)
+            sample = stream_sample(
+                self._stream_documents()(), self.tokenizer_documents, self._held_out_keys()
+            )
             if not sample:
                 raise DataError(f"data.stream {self.stream!r} holds no documents")
             self.tokenizer = train_tokenizer(sample, self.tokenizer_spec)
@@ -396,10 +398,14 @@ class DocDataModule(pl.LightningDataModule):
             spec.label_column,
         )
 
-    def _stream_loader(self) -> DataLoader:
-        held_out = frozenset(
+    def _held_out_keys(self) -> frozenset[str]:
+        """Validation and test texts, skipped wherever the training stream is read."""
+        return frozenset(
             whitespace_key(text) for split in ("val", "test") for text in self.splits[split]["text"]
         )
+
+    def _stream_loader(self) -> DataLoader:
+        held_out = self._held_out_keys()
         batches = StreamedBatches(
             self._stream_documents(),
             functools.partial(token_ids, self.tokenizer),

@@ -13,7 +13,7 @@ from helpers import CONFIGS, KEYWORDS, write_jsonl
 from torch.utils.data import DataLoader
 
 from docclass.data.batching import collate, padding_efficiency
-from docclass.data.cleaning import encode_labels
+from docclass.data.cleaning import encode_labels, whitespace_key
 from docclass.data.streaming import (
     StreamedBatches,
     checked_rows,
@@ -287,3 +287,27 @@ def test_streamed_training_set_runs_in_spawned_workers(corpus):
     texts = [row["text"] for row in rows]
     expected = Counter(tuple(ids) for ids in token_ids(datamodule.tokenizer, texts))
     assert Counter(documents_in(loader)) == expected
+
+
+def test_the_streamed_tokenizer_never_reads_held_out_texts(corpus, monkeypatch):
+    # The stream is the held-out file itself: every validation and test text is in it.
+    import docclass.train.datamodule as datamodule_module
+
+    root, _ = corpus
+    read = []
+    real = datamodule_module.train_tokenizer
+    monkeypatch.setattr(
+        datamodule_module,
+        "train_tokenizer",
+        lambda texts, spec: real(read.extend(texts) or texts, spec),
+    )
+    datamodule = DocDataModule(
+        source=str(root / "held_out.jsonl"),
+        stream=str(root / "held_out.jsonl"),
+        tokenizer=TokenizerSpec(vocab_size=300),
+        max_tokens=None,
+        tokenizer_documents=1000,
+    )
+    datamodule.prepare()
+    held_out = {whitespace_key(t) for s in ("val", "test") for t in datamodule.splits[s]["text"]}
+    assert read and held_out and not held_out & {whitespace_key(t) for t in read}
