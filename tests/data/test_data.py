@@ -1,4 +1,6 @@
 import json
+import logging
+import shutil
 
 import datasets
 import pytest
@@ -234,6 +236,21 @@ def test_hub_loader_on_an_ag_news_shaped_folder(tmp_path):
     assert len(datamodule.splits["train"]) + len(datamodule.splits["val"]) == 80
     batch = next(iter(datamodule.train_dataloader()))
     assert batch["input_ids"].shape[0] == 32
+
+
+def test_a_shipped_validation_split_left_unset_is_named_in_a_warning(tmp_path, caplog):
+    root = write_ag_news_like(tmp_path / "ag_news")
+    shutil.copy(
+        root / "data" / "test-00000-of-00001.parquet",
+        root / "data" / "validation-00000-of-00001.parquet",
+    )
+    with caplog.at_level(logging.WARNING, logger="docclass"):
+        load_source(SourceSpec(str(root)))
+    assert "its 'validation' split is not used" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="docclass"):
+        load_source(SourceSpec(str(root), val_split="validation"))
+    assert "not used" not in caplog.text
 
 
 def test_tfidf_anchor_scores_the_same_split(tmp_path):
