@@ -83,8 +83,12 @@ def decode_text(raw: bytes) -> tuple[str, bool]:
         return raw.decode("cp1252", errors="replace"), True
 
 
-def read_class_folders(root: Path) -> LoadedSource:
-    """Read ``root/<class>/*.txt``: one document per file, its class named by its folder."""
+def read_class_folders(root: Path, legacy_level: int = logging.WARNING) -> LoadedSource:
+    """Read ``root/<class>/*.txt``: one document per file, its class named by its folder.
+
+    ``legacy_level`` logs the count of files that were not valid UTF-8: a warning for the
+    user's own folders, which they can re-save.
+    """
     folders = sorted(p for p in root.iterdir() if p.is_dir())
     # Hidden and system folders (.git, __MACOSX) and folders without text files are no class:
     # as one, they would add an output the model never trains.
@@ -105,7 +109,8 @@ def read_class_folders(root: Path) -> LoadedSource:
             f"no .txt files found under {root}/<class>/: put one sub-folder of .txt files per class"
         )
     if legacy:
-        log.warning(
+        log.log(
+            legacy_level,
             "%d file(s) in %s were not valid UTF-8: read as UTF-16 (with its mark), as UTF-8 "
             "with bad bytes replaced, or as Windows-1252 (no UTF-8 in them); save them as UTF-8",
             legacy,
@@ -234,7 +239,8 @@ def looks_like_a_missing_path(source: str) -> bool:
 def load_source(spec: SourceSpec) -> LoadedSource:
     """Read a source's splits as they are (no de-duplication or splitting here)."""
     if spec.source == EMBEDDED_SOURCE:
-        return read_class_folders(bbc_data_dir())
+        # One packaged article is Windows-1252 (a pound sign); nobody can re-save it.
+        return read_class_folders(bbc_data_dir(), legacy_level=logging.INFO)
     path = Path(spec.source)
     if path.is_dir() and _is_class_folder_tree(path):
         return read_class_folders(path)

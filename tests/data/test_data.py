@@ -212,6 +212,17 @@ def test_decode_falls_back_to_windows_1252():
     assert decode_text("hi there".encode("utf-16")) == ("hi there", True)
 
 
+def test_a_legacy_file_warns_in_a_users_folder_not_in_the_packaged_corpus(tmp_path, caplog):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "1.txt").write_bytes(b"\xa35 caf\xe9")
+    with caplog.at_level(logging.INFO, logger="docclass"):
+        load_source(SourceSpec(str(tmp_path)))
+        load_source(SourceSpec("bbc"))
+    levels = [r.levelno for r in caplog.records if "not valid UTF-8" in r.getMessage()]
+    # The user can re-save their file; nobody can re-save the packaged article.
+    assert levels == [logging.WARNING, logging.INFO]
+
+
 def test_deduplicate_keeps_first_and_drops_conflicts():
     data = datasets.Dataset.from_dict(
         {
