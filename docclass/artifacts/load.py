@@ -43,13 +43,7 @@ class TrainedClassifier:
         return weights_fingerprint(self.model.state_dict())
 
     def __post_init__(self) -> None:
-        # Read from a file: `true` would cut every text to one token, -1 drop its last.
-        limit = self.max_tokens
-        if limit is not None and (type(limit) is not int or limit < 1):
-            raise CheckpointError(
-                f"max_tokens {limit!r}: must be a positive whole number or null; export or "
-                "train the model again"
-            )
+        checked_max_tokens(self.max_tokens, "the classifier")
 
     def with_temperature(self, temperature: float) -> TrainedClassifier:
         """The same classifier (the same network object) whose records divide the logits by
@@ -107,12 +101,24 @@ def verify_checkpoint(spec: str | Path) -> dict[str, Any]:
     return artifact
 
 
+def checked_max_tokens(limit: Any, origin: str | Path) -> int | None:
+    """``limit`` as read from ``origin``, refused unless a positive whole number or None:
+    `true` would cut every text to one token, -1 drop its last."""
+    if limit is not None and (type(limit) is not int or limit < 1):
+        raise CheckpointError(
+            f"{origin}: max_tokens {limit!r} must be a positive whole number or null; export "
+            "or train the model again"
+        )
+    return limit
+
+
 def load_classifier(spec: str | Path) -> TrainedClassifier:
     """Rebuild a trained classifier from a checkpoint, a model folder or a pinned hub id."""
     local = resolve_model(spec)
     if local.is_dir():
         model, tokenizer, labels, config = load_model_folder(local)
-        return TrainedClassifier(model, tokenizer, labels, config.get("max_tokens"), config)
+        limit = checked_max_tokens(config.get("max_tokens"), local / "config.json")
+        return TrainedClassifier(model, tokenizer, labels, limit, config)
     checkpoint = load_checkpoint(local)
     artifact = read_artifact_from(checkpoint, spec)
     if not artifact.get("tokenizer"):
@@ -131,7 +137,7 @@ def load_classifier(spec: str | Path) -> TrainedClassifier:
         model=model.eval(),
         tokenizer=load_tokenizer(artifact["tokenizer"]),
         label_names=labels,
-        max_tokens=artifact.get("max_tokens"),
+        max_tokens=checked_max_tokens(artifact.get("max_tokens"), spec),
     )
 
 

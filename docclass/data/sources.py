@@ -14,7 +14,9 @@ Every problem a user can fix is raised as :class:`DataError` with one line sayin
 
 from __future__ import annotations
 
+import collections
 import importlib.util
+import itertools
 import logging
 import os
 from dataclasses import dataclass, field
@@ -40,6 +42,9 @@ class SourceSpec:
     train_split: str = "train"  # split names used when the source ships its own splits
     val_split: str | None = None  # None: carve validation out of train
     test_split: str | None = "test"  # None or absent: carve test out of train
+    # False (reports, bulk use): a hub row marked unlabelled (-1) keeps no label instead of
+    # being refused.
+    labels_required: bool = True
 
 
 @dataclass
@@ -63,24 +68,34 @@ def bbc_data_dir() -> Path:
 
 
 def decode_text(raw: bytes) -> tuple[str, bool]:
-    """Decode UTF-8; a file with a UTF-16 byte-order mark as UTF-16; a file with no valid
-    multi-byte UTF-8 at all as Windows-1252 (a superset of Latin-1, for legacy files).
+    """Decode UTF-8 (a UTF-8 byte-order mark dropped); a file with a UTF-32 or UTF-16
+    byte-order mark by its mark; otherwise, when strict UTF-8 fails, whichever of UTF-8 (bad
+    bytes replaced) and Windows-1252 (a superset of Latin-1, for legacy files) reads more of it.
 
-    A UTF-8 file with a few bad bytes keeps UTF-8 (the bad bytes replaced): read as
-    Windows-1252 every other accented letter would become two wrong characters.
+    A UTF-8 file with a stray byte keeps UTF-8: read as Windows-1252, each of its accented
+    letters would become two wrong characters. A Windows-1252 file keeps Windows-1252 even when
+    a few of its byte pairs happen to be valid UTF-8 (``É`` then a curly quote is one).
 
     Returns:
         ``(text, was_legacy)``; ``was_legacy`` is True when strict UTF-8 failed.
     """
+    for mark, codec in ((b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32")):
+        if raw.startswith(mark):
+            return raw.decode(codec, errors="replace"), True
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
         return raw.decode("utf-16", errors="replace"), True
     try:
-        return raw.decode("utf-8"), False
+        return raw.decode("utf-8-sig"), False
     except UnicodeDecodeError:
-        lenient = raw.decode("utf-8", errors="replace")
-        if any(ord(c) > 127 and c != "\ufffd" for c in lenient):
+        lenient = raw.decode("utf-8-sig", errors="replace")
+        replaced = lenient.count("\ufffd")
+        if sum(ord(c) > 127 for c in lenient) - replaced > replaced:
             return lenient, True
         return raw.decode("cp1252", errors="replace"), True
+
+
+# Folders that tools put beside real ones (macOS archives, Python caches): never a class.
+SYSTEM_FOLDERS = frozenset({"__MACOSX", "__pycache__"})
 
 
 def read_class_folders(root: Path, legacy_level: int = logging.WARNING) -> LoadedSource:
@@ -92,7 +107,11 @@ def read_class_folders(root: Path, legacy_level: int = logging.WARNING) -> Loade
     folders = sorted(p for p in root.iterdir() if p.is_dir())
     # Hidden and system folders (.git, __MACOSX) and folders without text files are no class:
     # as one, they would add an output the model never trains.
-    class_dirs = [d for d in folders if not d.name.startswith((".", "__")) and _text_files(d)]
+    class_dirs = [
+        d
+        for d in folders
+        if not d.name.startswith(".") and d.name not in SYSTEM_FOLDERS and _text_files(d)
+    ]
     skipped = [d.name for d in folders if d not in class_dirs]
     if skipped:
         log.warning("%s: not classes (hidden, or no .txt files): %s", root, skipped)
@@ -266,6 +285,7 @@ def load_source(spec: SourceSpec) -> LoadedSource:
             splits[role] = _labels_as_names(_standardise(loaded[name], spec, name), spec, name)
         elif name and role == "val":
             raise DataError(f"{spec.source}: has no split {name!r} (it has {list(loaded)})")
+    splits = _with_unique_ids(splits, spec)
     log.info("loaded %s splits %s", spec.source, [s for s in wanted if s in loaded])
     shipped = [name for name in loaded if name in VALIDATION_SPLIT_NAMES]
     if shipped and not spec.val_split:
@@ -286,6 +306,47 @@ def load_source(spec: SourceSpec) -> LoadedSource:
     return LoadedSource(splits, label_names)
 
 
+def _with_unique_ids(
+    splits: dict[str, datasets.Dataset], spec: SourceSpec
+) -> dict[str, datasets.Dataset]:
+    """Every document's id made its own: a split.json, an audit and a report name documents
+    by id, and an id naming two documents would put either one in the other's split.
+
+    Ids that restart in every split (a common hub layout) get the split's name in front;
+    an id repeated inside one split gets ``#2``, ``#3``... on its later rows, with a warning.
+    """
+    pool = [doc_id for dataset in splits.values() for doc_id in dataset["id"]]
+    if len(set(pool)) == len(pool):
+        return splits
+    source_name = {"train": spec.train_split, "val": spec.val_split, "test": spec.test_split}
+    if len(splits) > 1 and any(
+        len({*a["id"]} & {*b["id"]}) for a, b in itertools.combinations(splits.values(), 2)
+    ):
+        splits = {
+            role: _replace_ids(dataset, [f"{source_name[role]}/{i}" for i in dataset["id"]])
+            for role, dataset in splits.items()
+        }
+    for role, dataset in splits.items():
+        seen: collections.Counter = collections.Counter()
+        ids = []
+        for doc_id in dataset["id"]:
+            seen[doc_id] += 1
+            ids.append(doc_id if seen[doc_id] == 1 else f"{doc_id}#{seen[doc_id]}")
+        if ids != dataset["id"]:
+            log.warning(
+                "%s (%s): %d rows repeat an earlier row's id; they are named id#2, id#3...",
+                spec.source,
+                source_name[role],
+                sum(n - 1 for n in seen.values()),
+            )
+            splits[role] = _replace_ids(dataset, ids)
+    return splits
+
+
+def _replace_ids(dataset: datasets.Dataset, ids: list[str]) -> datasets.Dataset:
+    return dataset.remove_columns("id").add_column("id", ids)
+
+
 def _labels_as_names(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> datasets.Dataset:
     """A ClassLabel column's integers as the names of this split's own feature, checked: -1,
     the hub's "no label" (common on test splits), would otherwise index the last class."""
@@ -294,11 +355,12 @@ def _labels_as_names(dataset: datasets.Dataset, spec: SourceSpec, split: str) ->
         return dataset
     values = dataset["label"]
     bad = sorted({v for v in values if v is None or not 0 <= v < feature.num_classes}, key=str)
-    if bad:
+    if bad and (spec.labels_required or not set(bad) <= {-1, None}):
         raise DataError(
             f"{spec.source} ({split}): label value(s) {bad[:5]} name no class of its "
-            f"{feature.num_classes} (-1 means unlabelled); drop those rows or choose a labelled "
-            "split (data.test_split)"
+            f"{feature.num_classes} (-1 means unlabelled); drop those rows, or choose a labelled "
+            "split (data.test_split), or set data.test_split null to carve test from train"
         )
-    names = [feature.names[v] for v in values]
-    return dataset.remove_columns("label").add_column("label", names)
+    names = [None if v is None or v == -1 else feature.names[v] for v in values]
+    column = datasets.Value("string")
+    return dataset.remove_columns("label").add_column("label", names, feature=column)

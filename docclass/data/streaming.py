@@ -54,9 +54,12 @@ def open_stream(
                 f"{sorted(FILE_FORMATS)}, got {sorted({Path(f).suffix for f in files})}"
             )
         try:
+            builder = kinds.pop()
+            # A CSV's "NA" or "null" is a text or a label, not a missing value (as for a source).
+            options = {"keep_default_na": False} if builder == "csv" else {}
             # datasets reads the first rows here to learn the columns.
             loaded = datasets.load_dataset(
-                kinds.pop(), data_files=files, split="train", streaming=True
+                builder, data_files=files, split="train", streaming=True, **options
             )
         except StopIteration as error:
             raise DataError(f"data.stream {stream!r} holds no documents") from error
@@ -86,17 +89,19 @@ def open_stream(
     feature = (loaded.features or {}).get("label")
     if isinstance(feature, datasets.ClassLabel):
         # The stream's own numbering means nothing to the held-out data: give every label its name.
-        loaded = loaded.map(functools.partial(_label_name, names=tuple(feature.names)))
+        loaded = loaded.map(
+            functools.partial(_label_name, names=tuple(feature.names), stream=stream)
+        )
     return loaded
 
 
-def _label_name(row: dict, names: tuple[str, ...]) -> dict:
+def _label_name(row: dict, names: tuple[str, ...], stream: str) -> dict:
     value = row["label"]
     if value is None or not 0 <= value < len(names):
         # -1 is the hub's "no label": as an index it would name the last class.
         raise DataError(
-            f"stream: label value {value} names no class of its {len(names)} (-1 means "
-            "unlabelled); drop those rows or stream a labelled split"
+            f"data.stream {stream!r}: label value {value} names no class of its {len(names)} "
+            "(-1 means unlabelled); drop those rows or stream a labelled split"
         )
     return {"label": names[value]}
 

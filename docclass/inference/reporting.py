@@ -89,7 +89,12 @@ def _documents_from_source(
     source: str, split: str, text_column: str, label_column: str | None
 ) -> Documents:
     loaded = load_source(
-        SourceSpec(source=source, text_column=text_column, label_column=label_column)
+        SourceSpec(
+            source=source,
+            text_column=text_column,
+            label_column=label_column,
+            labels_required=False,  # an unlabelled document is explained all the same
+        )
     )
     chosen = split if split in loaded.splits else "train"
     dataset = loaded.splits[chosen]
@@ -99,7 +104,9 @@ def _documents_from_source(
     elif chosen != split:
         log.info("%s has no %r split: explaining all %s documents", source, split, chosen)
     if "label" in dataset.column_names:
-        labels = [str(v) for v in dataset["label"]]  # names already: load_source decodes them
+        # Names already (load_source decodes them); a blank or missing label is no label, not
+        # a class called "" that every prediction would miss.
+        labels = [None if v is None or not str(v).strip() else str(v) for v in dataset["label"]]
     else:
         labels = [None] * len(dataset)
     return Documents(

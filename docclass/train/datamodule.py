@@ -265,9 +265,9 @@ class DocDataModule(pl.LightningDataModule):
             if self.max_docs_per_class:
                 # The file is the split (a run's, an audit fold's): capping it would train on
                 # other documents than it names, and a resumed audit would see another split.
-                log.warning(
-                    "data.max_docs_per_class=%d is not applied: data.split_file %s fixes the "
-                    "split; set it to null to silence this",
+                # Info, not a warning: calibrate and every audit fold pass the run's own file.
+                log.info(
+                    "data.max_docs_per_class=%d is not applied: data.split_file %s fixes the split",
                     self.max_docs_per_class,
                     self.split_file,
                 )

@@ -201,8 +201,8 @@ def test_collate_pads_and_masks():
 
 @pytest.mark.fault(
     "class-folder file that is not valid UTF-8",
-    "UTF-16 by its mark, UTF-8 with the bad bytes replaced, or Windows-1252 when it holds no "
-    "UTF-8; a warning, and counted in `metrics.json`",
+    "UTF-16 or UTF-32 by its mark; else UTF-8 with the bad bytes replaced or Windows-1252, "
+    "whichever reads more of it; a warning, and counted in `metrics.json`",
 )
 def test_decode_falls_back_to_windows_1252():
     assert decode_text("£5 café".encode()) == ("£5 café", False)
@@ -210,6 +210,11 @@ def test_decode_falls_back_to_windows_1252():
     # Mostly UTF-8 with one stray Windows-1252 byte: the UTF-8 stays, the byte is replaced.
     assert decode_text("café naïve ".encode() + b"\x96 dash") == ("café naïve \ufffd dash", True)
     assert decode_text("hi there".encode("utf-16")) == ("hi there", True)
+    assert decode_text("hi there".encode("utf-32")) == ("hi there", True)
+    assert decode_text("\ufeffhi".encode()) == ("hi", False)  # a UTF-8 mark is no text
+    # Windows-1252 where a capital accented letter and a curly quote happen to be valid UTF-8.
+    for legacy in ("Le “CAFÉ” à Paris, très bon café", "JOSÉ’s café près de l’église"):
+        assert decode_text(legacy.encode("cp1252")) == (legacy, True)
 
 
 def test_a_legacy_file_warns_in_a_users_folder_not_in_the_packaged_corpus(tmp_path, caplog):
@@ -344,6 +349,23 @@ def test_class_folders_skip_system_folders_and_hidden_files_and_read_any_case(tm
     loaded = load_source(SourceSpec(str(tmp_path)))
     assert loaded.label_names == ["sport", "tech"]
     assert list(loaded.splits["train"]["id"]) == ["sport/a.txt", "tech/b.TXT"]
+    # Only the system folders: a class may be named __label__x (fastText's convention).
+    (tmp_path / "__label__x").mkdir()
+    (tmp_path / "__label__x" / "c.txt").write_text("x text")
+    assert load_source(SourceSpec(str(tmp_path))).label_names == ["__label__x", "sport", "tech"]
+
+
+def test_max_docs_per_class_beside_a_split_file_says_it_is_not_applied(bbc, tmp_path, caplog):
+    bbc.write_split(tmp_path / "split.json")
+    with caplog.at_level(logging.INFO, logger="docclass"):
+        capped = DocDataModule(
+            tokenizer=SMALL_TOKENIZER,
+            split_file=str(tmp_path / "split.json"),
+            max_docs_per_class=3,
+        )
+        capped.prepare()
+    assert "max_docs_per_class=3 is not applied" in caplog.text
+    assert capped.splits["train"]["id"] == bbc.splits["train"]["id"]
 
 
 # -- bad input: one line naming the problem and the fix ------------------------------------
@@ -449,30 +471,46 @@ def _class_label_parquet(path, texts, labels, names):
 )
 def test_an_unlabelled_class_label_is_refused_not_read_as_the_last_class(tmp_path):
     root = tmp_path / "hub"
-    _class_label_parquet(root / "data" / "train-0.parquet", ["a b", "c d"] * 10, [0, 1] * 10,
-                         ["neg", "pos"])  # fmt: skip
-    _class_label_parquet(root / "data" / "test-0.parquet", ["e f", "g h"], [-1, -1], ["neg", "pos"])
+    rows, names = topical_rows(20), AG_NEWS_CLASSES
+    _class_label_parquet(root / "data" / "train-0.parquet", rows["text"], rows["label"], names)
+    _class_label_parquet(root / "data" / "test-0.parquet", ["e f", "g h"], [-1, -1], names)
     message = one_line_error(source=str(root), val_fraction=0.2)
-    assert "(test): label value(s) [-1]" in message and "unlabelled" in message
+    assert "(test): label value(s) [-1]" in message and "data.test_split null" in message
+    # Explaining documents needs no label: the unlabelled rows keep none.
+    loaded = load_source(SourceSpec(str(root), labels_required=False))
+    assert loaded.splits["test"]["label"] == [None, None]
+    assert loaded.splits["train"]["label"] == [names[label] for label in rows["label"]]
 
 
 @pytest.mark.fault(
-    "split.json reused on a source whose ids repeat (ids restarting in every split)",
-    "one line naming the id; never a test document trained on",
+    "a source whose ids repeat (ids restarting in every split, or twice in one split)",
+    "ids made unique (`test/0`, `7#2`, with a warning), so a reused split.json names one "
+    "document each; never a test document trained on",
 )
-def test_a_split_file_refuses_ids_that_name_two_documents(tmp_path):
+def test_repeated_ids_are_made_unique_and_a_reused_split_keeps_its_documents(tmp_path, caplog):
     root = tmp_path / "hub"
     (root / "data").mkdir(parents=True)
     rows = topical_rows(40)
     for split, part in (("train", slice(0, 30)), ("test", slice(30, 40))):
         texts = rows["text"][part]
+        ids = [str(i) for i in range(len(texts))]
+        ids[-1] = ids[0]  # one id twice inside a split too
         datasets.Dataset.from_dict(
-            {"id": [str(i) for i in range(len(texts))], "text": texts, "label": rows["label"][part]}
+            {"id": ids, "text": texts, "label": rows["label"][part]}
         ).to_parquet(str(root / "data" / f"{split}-0.parquet"))
-    first = DocDataModule(source=str(root), tokenizer=SMALL_TOKENIZER, val_fraction=0.2)
-    first.write_split(tmp_path / "split.json")
-    message = one_line_error(source=str(root), split_file=str(tmp_path / "split.json"))
-    assert "names more than one document" in message and "unique id column" in message
+    with caplog.at_level(logging.WARNING, logger="docclass"):
+        first = DocDataModule(source=str(root), tokenizer=SMALL_TOKENIZER, val_fraction=0.2)
+        first.write_split(tmp_path / "split.json")
+    assert "1 rows repeat an earlier row's id" in caplog.text
+    test_ids = first.splits["test"]["id"]
+    assert test_ids[:2] == ["test/0", "test/1"] and test_ids[-1] == "test/0#2"
+    again = DocDataModule(
+        source=str(root), tokenizer=SMALL_TOKENIZER, split_file=str(tmp_path / "split.json")
+    )
+    again.prepare()
+    for split in ("train", "val", "test"):
+        assert again.splits[split]["text"] == first.splits[split]["text"]
+    assert set(again.splits["test"]["text"]) == set(rows["text"][30:40])
 
 
 def test_a_split_file_whose_splits_overlap_is_refused(bbc, tmp_path):

@@ -311,3 +311,23 @@ def test_the_streamed_tokenizer_never_reads_held_out_texts(corpus, monkeypatch):
     datamodule.prepare()
     held_out = {whitespace_key(t) for s in ("val", "test") for t in datamodule.splits[s]["text"]}
     assert read and held_out and not held_out & {whitespace_key(t) for t in read}
+
+
+@pytest.mark.fault(
+    "streamed hub-style shards whose ClassLabel is -1 (unlabelled)",
+    "one line naming the stream and the value; never read as the last class",
+)
+def test_an_unlabelled_class_label_in_a_stream_is_refused(tmp_path):
+    features = datasets.Features(
+        {"text": datasets.Value("string"), "label": datasets.ClassLabel(names=["neg", "pos"])}
+    )
+    rows = {"text": ["good", "bad", "unsure"], "label": [1, 0, -1]}
+    datasets.Dataset.from_dict(rows, features=features).to_parquet(str(tmp_path / "s.parquet"))
+    with pytest.raises(DataError, match=r"data.stream '.*s\.parquet': label value -1"):
+        list(open_stream(str(tmp_path / "s.parquet")))
+
+
+def test_a_streamed_csv_keeps_na_and_null_as_words(tmp_path):
+    (tmp_path / "s.csv").write_text("text,label\nNA,null\nsome text,N/A\n")
+    rows = list(open_stream(str(tmp_path / "s.csv")))
+    assert [(row["text"], row["label"]) for row in rows] == [("NA", "null"), ("some text", "N/A")]

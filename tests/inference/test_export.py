@@ -310,7 +310,7 @@ BROKEN = [
     (
         "max_tokens not a count",
         lambda f: _edit_config(f, lambda c: c.update(max_tokens=True)),
-        "max_tokens True: must be a positive whole number",
+        "config.json: max_tokens True must be a positive whole number",
     ),
     (
         "a temperature where none was fitted",

@@ -27,6 +27,7 @@ from docclass.inference.reporting import (
     Documents,
     faithfulness_positions,
     faithfulness_sample,
+    load_documents,
     make_report,
     measure_faithfulness,
     select_for_report,
@@ -713,3 +714,11 @@ def test_audit_page_in_chromium(browser, report, tmp_path):
     page.wait_for_load_state("load")
     assert page.locator("#text").text_content() == records[0]["text"]
     assert page.evaluate("window.pwned") is None and dialogs == [] and problems == []
+
+
+def test_a_blank_label_in_a_source_to_explain_is_no_label(tmp_path):
+    """A partly labelled file: its blank rows are unlabelled, not a class named "" that every
+    prediction would miss."""
+    (tmp_path / "docs.csv").write_text("text,label\nfirst text,sport\nsecond text,\n")
+    documents = load_documents(str(tmp_path / "docs.csv"), ckpt="not read for a data file")
+    assert documents.labels == ["sport", None]
