@@ -19,6 +19,7 @@ import importlib.util
 import itertools
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,14 +68,30 @@ def bbc_data_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "bbcnews" / "data"
 
 
+# One step of a UTF-8 reading: a run of ASCII, one well-formed multi-byte character, or one
+# byte that no well-formed character starts with.
+_UTF8_STEP = re.compile(
+    rb"[\x00-\x7f]+"
+    rb"|[\xc2-\xdf][\x80-\xbf]"
+    rb"|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}|\xed[\x80-\x9f][\x80-\xbf]"
+    rb"|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}|\xf4[\x80-\x8f][\x80-\xbf]{2}"
+    rb"|.",
+    re.DOTALL,
+)
+
+
 def decode_text(raw: bytes) -> tuple[str, bool]:
     """Decode UTF-8 (a UTF-8 byte-order mark dropped); a file with a UTF-32 or UTF-16
-    byte-order mark by its mark; otherwise, when strict UTF-8 fails, whichever of UTF-8 (bad
-    bytes replaced) and Windows-1252 (a superset of Latin-1, for legacy files) reads more of it.
+    byte-order mark by its mark; otherwise, when strict UTF-8 fails, character by character.
 
-    A UTF-8 file with a stray byte keeps UTF-8: read as Windows-1252, each of its accented
-    letters would become two wrong characters. A Windows-1252 file keeps Windows-1252 even when
-    a few of its byte pairs happen to be valid UTF-8 (``É`` then a curly quote is one).
+    Without a mark, each byte that starts no UTF-8 character is read as Windows-1252 (a
+    superset of Latin-1, for legacy files), so a UTF-8 file with stray Windows-1252 quotes reads
+    exactly. A well-formed UTF-8 character stays one when it is an accented Latin letter, a
+    symbol of U+00A0-U+00FF or any three- or four-byte character: Windows-1252 text spells those
+    byte sequences only as mojibake. The other two-byte characters (U+0080-U+07FF: Greek,
+    Cyrillic, IPA...) are also what a Windows-1252 capital letter followed by a curly quote
+    spells (``É’`` is ``ɒ``, between ASCII letters), so they stay UTF-8 only when those standing
+    beside another multi-byte character (letters of a word) outnumber the stray bytes.
 
     Returns:
         ``(text, was_legacy)``; ``was_legacy`` is True when strict UTF-8 failed.
@@ -87,11 +104,28 @@ def decode_text(raw: bytes) -> tuple[str, bool]:
     try:
         return raw.decode("utf-8-sig"), False
     except UnicodeDecodeError:
-        lenient = raw.decode("utf-8-sig", errors="replace")
-        replaced = lenient.count("\ufffd")
-        if sum(ord(c) > 127 for c in lenient) - replaced > replaced:
-            return lenient, True
-        return raw.decode("cp1252", errors="replace"), True
+        pass
+    steps = _UTF8_STEP.findall(raw.removeprefix(b"\xef\xbb\xbf"))
+    stray = sum(len(step) == 1 and step[0] > 0x7F for step in steps)
+    # A lookalike beside another multi-byte character is a letter of a word in that script;
+    # Windows-1252's "É’" stands between ASCII letters.
+    wide = [False, *(len(step) > 1 and step[0] > 0x7F for step in steps), False]
+    in_words = sum(
+        _two_byte_lookalike(step) and (wide[i] or wide[i + 2]) for i, step in enumerate(steps)
+    )
+    keep_lookalikes = in_words > stray
+    parts = []
+    for step in steps:
+        if step[0] < 0x80 or len(step) == 1 or (_two_byte_lookalike(step) and not keep_lookalikes):
+            parts.append(step.decode("cp1252", errors="replace"))
+        else:
+            parts.append(step.decode("utf-8"))
+    return "".join(parts), True
+
+
+def _two_byte_lookalike(step: bytes) -> bool:
+    """A two-byte UTF-8 character outside U+00A0-U+00FF, which Windows-1252 text can spell."""
+    return len(step) == 2 and not 0xA0 <= ((step[0] & 0x1F) << 6 | step[1] & 0x3F) <= 0xFF
 
 
 # Folders that tools put beside real ones (macOS archives, Python caches): never a class.
@@ -130,8 +164,8 @@ def read_class_folders(root: Path, legacy_level: int = logging.WARNING) -> Loade
     if legacy:
         log.log(
             legacy_level,
-            "%d file(s) in %s were not valid UTF-8: read as UTF-16 (with its mark), as UTF-8 "
-            "with bad bytes replaced, or as Windows-1252 (no UTF-8 in them); save them as UTF-8",
+            "%d file(s) in %s were not valid UTF-8: read by their UTF-16/32 mark, or as UTF-8 "
+            "with each stray byte read as Windows-1252; save them as UTF-8",
             legacy,
             root,
         )
@@ -313,7 +347,9 @@ def _with_unique_ids(
     by id, and an id naming two documents would put either one in the other's split.
 
     Ids that restart in every split (a common hub layout) get the split's name in front;
-    an id repeated inside one split gets ``#2``, ``#3``... on its later rows, with a warning.
+    an id repeated inside one split gets the lowest free ``#2``, ``#3``... on its later rows
+    (free across every split, so ``7#2`` already in the data is never named twice), with a
+    warning.
     """
     pool = [doc_id for dataset in splits.values() for doc_id in dataset["id"]]
     if len(set(pool)) == len(pool):
@@ -326,20 +362,39 @@ def _with_unique_ids(
             role: _replace_ids(dataset, [f"{source_name[role]}/{i}" for i in dataset["id"]])
             for role, dataset in splits.items()
         }
+        log.info(
+            "%s: its splits share ids, so each id is prefixed with its split's name (%r)",
+            spec.source,
+            splits["train"]["id"][0],
+        )
+    taken = {doc_id for dataset in splits.values() for doc_id in dataset["id"]}
     for role, dataset in splits.items():
-        seen: collections.Counter = collections.Counter()
-        ids = []
+        seen: set[str] = set()
+        ids, repeated = [], []
         for doc_id in dataset["id"]:
-            seen[doc_id] += 1
-            ids.append(doc_id if seen[doc_id] == 1 else f"{doc_id}#{seen[doc_id]}")
-        if ids != dataset["id"]:
+            if doc_id in seen:
+                repeated.append(doc_id)
+                k = 2
+                while f"{doc_id}#{k}" in taken:
+                    k += 1
+                doc_id = f"{doc_id}#{k}"
+                taken.add(doc_id)
+            seen.add(doc_id)
+            ids.append(doc_id)
+        if repeated:
             log.warning(
-                "%s (%s): %d rows repeat an earlier row's id; they are named id#2, id#3...",
+                "%s (%s): %d rows repeat an earlier row's id (first %r); they are named "
+                "id#2, id#3...",
                 spec.source,
                 source_name[role],
-                sum(n - 1 for n in seen.values()),
+                len(repeated),
+                repeated[0],
             )
             splits[role] = _replace_ids(dataset, ids)
+    pool = [doc_id for dataset in splits.values() for doc_id in dataset["id"]]
+    if len(set(pool)) != len(pool):  # a guard: the renaming above leaves no id twice
+        twice = next(i for i, n in collections.Counter(pool).items() if n > 1)
+        raise DataError(f"{spec.source}: id {twice!r} names two documents; make ids unique")
     return splits
 
 
@@ -356,10 +411,15 @@ def _labels_as_names(dataset: datasets.Dataset, spec: SourceSpec, split: str) ->
     values = dataset["label"]
     bad = sorted({v for v in values if v is None or not 0 <= v < feature.num_classes}, key=str)
     if bad and (spec.labels_required or not set(bad) <= {-1, None}):
+        fix = "drop those rows"
+        if spec.labels_required and split == spec.test_split:
+            fix += (
+                ", or choose a labelled split (data.test_split), or set data.test_split null "
+                "to carve test from train"
+            )
         raise DataError(
             f"{spec.source} ({split}): label value(s) {bad[:5]} name no class of its "
-            f"{feature.num_classes} (-1 means unlabelled); drop those rows, or choose a labelled "
-            "split (data.test_split), or set data.test_split null to carve test from train"
+            f"{feature.num_classes} (-1 means unlabelled); {fix}"
         )
     names = [None if v is None or v == -1 else feature.names[v] for v in values]
     column = datasets.Value("string")

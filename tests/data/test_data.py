@@ -201,19 +201,28 @@ def test_collate_pads_and_masks():
 
 @pytest.mark.fault(
     "class-folder file that is not valid UTF-8",
-    "UTF-16 or UTF-32 by its mark; else UTF-8 with the bad bytes replaced or Windows-1252, "
-    "whichever reads more of it; a warning, and counted in `metrics.json`",
+    "UTF-16 or UTF-32 by its mark; else UTF-8 with each stray byte read as Windows-1252 "
+    "(mixed files exact); a warning, and counted in `metrics.json`",
 )
 def test_decode_falls_back_to_windows_1252():
     assert decode_text("£5 café".encode()) == ("£5 café", False)
     assert decode_text(b"\xa35 caf\xe9") == ("£5 café", True)
-    # Mostly UTF-8 with one stray Windows-1252 byte: the UTF-8 stays, the byte is replaced.
-    assert decode_text("café naïve ".encode() + b"\x96 dash") == ("café naïve \ufffd dash", True)
+    # UTF-8 with stray Windows-1252 bytes (a dash, curly quotes pasted in): both read exactly.
+    assert decode_text("café naïve ".encode() + b"\x96 dash") == ("café naïve – dash", True)
+    mixed = "Déjà vu ".encode() + b"\x93quoted\x94 it\x92s"
+    assert decode_text(mixed) == ("Déjà vu “quoted” it’s", True)
+    # Words of a two-byte script stay UTF-8 beside a stray byte.
+    assert decode_text("Καλημέρα κόσμε ".encode() + b"\x92") == ("Καλημέρα κόσμε ’", True)
+    assert decode_text(b"\x81 x") == ("\ufffd x", True)  # a byte Windows-1252 leaves undefined
     assert decode_text("hi there".encode("utf-16")) == ("hi there", True)
     assert decode_text("hi there".encode("utf-32")) == ("hi there", True)
     assert decode_text("\ufeffhi".encode()) == ("hi", False)  # a UTF-8 mark is no text
     # Windows-1252 where a capital accented letter and a curly quote happen to be valid UTF-8.
-    for legacy in ("Le “CAFÉ” à Paris, très bon café", "JOSÉ’s café près de l’église"):
+    for legacy in (
+        "Le “CAFÉ” à Paris, très bon café",
+        "JOSÉ’s café près de l’église",
+        "JOSÉ’s CAFÉ” près",
+    ):
         assert decode_text(legacy.encode("cp1252")) == (legacy, True)
 
 
@@ -364,7 +373,8 @@ def test_max_docs_per_class_beside_a_split_file_says_it_is_not_applied(bbc, tmp_
             max_docs_per_class=3,
         )
         capped.prepare()
-    assert "max_docs_per_class=3 is not applied" in caplog.text
+    (record,) = [r for r in caplog.records if "max_docs_per_class=3" in r.getMessage()]
+    assert "is not applied" in record.getMessage() and record.levelno == logging.INFO
     assert capped.splits["train"]["id"] == bbc.splits["train"]["id"]
 
 
@@ -479,7 +489,13 @@ def test_an_unlabelled_class_label_is_refused_not_read_as_the_last_class(tmp_pat
     # Explaining documents needs no label: the unlabelled rows keep none.
     loaded = load_source(SourceSpec(str(root), labels_required=False))
     assert loaded.splits["test"]["label"] == [None, None]
+    # A column of names still, not of nulls: it lines up with the labelled splits' column.
+    assert loaded.splits["test"].features["label"] == datasets.Value("string")
     assert loaded.splits["train"]["label"] == [names[label] for label in rows["label"]]
+    # Outside the test split, the test-split fixes would mislead.
+    _class_label_parquet(root / "data" / "train-0.parquet", ["a b"] * 4, [0, -1, 1, 2], names)
+    message = one_line_error(source=str(root), val_fraction=0.2)
+    assert "(train): label value(s) [-1]" in message and "test_split" not in message
 
 
 @pytest.mark.fault(
@@ -498,10 +514,11 @@ def test_repeated_ids_are_made_unique_and_a_reused_split_keeps_its_documents(tmp
         datasets.Dataset.from_dict(
             {"id": ids, "text": texts, "label": rows["label"][part]}
         ).to_parquet(str(root / "data" / f"{split}-0.parquet"))
-    with caplog.at_level(logging.WARNING, logger="docclass"):
+    with caplog.at_level(logging.INFO, logger="docclass"):
         first = DocDataModule(source=str(root), tokenizer=SMALL_TOKENIZER, val_fraction=0.2)
         first.write_split(tmp_path / "split.json")
-    assert "1 rows repeat an earlier row's id" in caplog.text
+    assert "each id is prefixed with its split's name ('train/0')" in caplog.text
+    assert "1 rows repeat an earlier row's id (first 'test/0')" in caplog.text
     test_ids = first.splits["test"]["id"]
     assert test_ids[:2] == ["test/0", "test/1"] and test_ids[-1] == "test/0#2"
     again = DocDataModule(
@@ -511,6 +528,16 @@ def test_repeated_ids_are_made_unique_and_a_reused_split_keeps_its_documents(tmp
     for split in ("train", "val", "test"):
         assert again.splits[split]["text"] == first.splits[split]["text"]
     assert set(again.splits["test"]["text"]) == set(rows["text"][30:40])
+
+
+def test_a_repeated_id_is_renamed_past_the_ids_the_source_already_has(tmp_path):
+    path = tmp_path / "docs.csv"
+    rows = topical_rows(8)
+    ids = ["7", "7", "7#2", "7#3", "a", "b", "c", "d"]  # the renamed 7 must not become 7#2
+    datasets.Dataset.from_dict({"id": ids, **rows}).to_csv(str(path), index=False)
+    loaded = load_source(SourceSpec(str(path), test_split=None))
+    assert loaded.splits["train"]["id"] == ["7", "7#4", "7#2", "7#3", "a", "b", "c", "d"]
+    assert loaded.splits["train"]["text"] == rows["text"]
 
 
 def test_a_split_file_whose_splits_overlap_is_refused(bbc, tmp_path):

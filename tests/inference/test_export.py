@@ -494,3 +494,16 @@ def test_push_refuses_an_incomplete_folder(exported, tmp_path, monkeypatch, caps
     # The manifest lists the card, so the folder is refused before the card check is reached.
     assert "lists 'README.md', which the folder lacks" in capsys.readouterr().err
     assert hub.calls == []
+
+
+def test_a_checkpoint_whose_max_tokens_is_not_a_count_is_one_line(fitted, tmp_path, capsys):
+    import torch
+
+    checkpoint = torch.load(fitted / "checkpoints" / "last.ckpt", weights_only=True)
+    checkpoint["docclass"]["max_tokens"] = -1  # would drop every text's last token
+    torch.save(checkpoint, tmp_path / "edited.ckpt")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["classify", "--ckpt", str(tmp_path / "edited.ckpt"), "-"])
+    error = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and "\n" not in error
+    assert f"{tmp_path / 'edited.ckpt'}: max_tokens -1 must be a positive whole number" in error

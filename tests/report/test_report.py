@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 
+import datasets
 import numpy as np
 import pytest
 from helpers import (
@@ -722,3 +723,18 @@ def test_a_blank_label_in_a_source_to_explain_is_no_label(tmp_path):
     (tmp_path / "docs.csv").write_text("text,label\nfirst text,sport\nsecond text,\n")
     documents = load_documents(str(tmp_path / "docs.csv"), ckpt="not read for a data file")
     assert documents.labels == ["sport", None]
+
+
+def test_a_hub_split_marked_unlabelled_is_explained_without_labels(tmp_path):
+    """A hub-style test split whose ClassLabel is -1 (no label) is explained, its rows
+    unlabelled; training would refuse it, a report must not."""
+    features = datasets.Features(
+        {"text": datasets.Value("string"), "label": datasets.ClassLabel(names=["a", "b"])}
+    )
+    (tmp_path / "data").mkdir()
+    for split, labels in (("train", [0, 1]), ("test", [-1, -1])):
+        datasets.Dataset.from_dict(
+            {"text": ["first text", "second text"], "label": labels}, features=features
+        ).to_parquet(str(tmp_path / "data" / f"{split}-0.parquet"))
+    documents = load_documents(str(tmp_path), ckpt="not read for a data file", split="test")
+    assert documents.labels == [None, None] and documents.texts == ["first text", "second text"]
