@@ -54,14 +54,16 @@ parser.add_argument(
 args = parser.parse_args()
 logging.basicConfig(level=logging.WARNING)
 datasets.disable_progress_bars()
+# Made before any training: a missing --out folder once ended a three-hour run at its last line.
+out = Path(args.out or ("reports/label-audit-ensemble" if args.ensemble else "reports/label-audit"))
+out.parent.mkdir(parents=True, exist_ok=True)
 if args.ensemble:
     ignored = [f"--{name}" for name in ("config", "rates", "seeds", "folds", "runs", "with_config")
                if getattr(args, name) != parser.get_default(name)]  # fmt: skip
     if ignored:
         parser.error(f"--ensemble trains nothing, so {' '.join(ignored)} would be ignored: drop it")
-    # Its own default: the planted-noise figures in reports/label-audit stay as they are.
     figures = ensemble_runs([Path(run) for run in args.ensemble])
-    table, out = ensemble_markdown(figures), Path(args.out or "reports/label-audit-ensemble")
+    table = ensemble_markdown(figures)
 else:
     if args.with_config and (
         Path(args.with_config).resolve() == Path(args.config).resolve()
@@ -80,7 +82,7 @@ else:
         # stopped and how to resume, where a traceback would bury it. A failed audit child and
         # the benchmark's own checks raise other errors and keep their tracebacks.
         parser.exit(2, f"label_audit: error: {error}\n")
-    table, out = label_audit_markdown(figures), Path(args.out or "reports/label-audit")
+    table = label_audit_markdown(figures)
 write_atomically(out.with_suffix(".json"), json.dumps(figures, indent=2) + "\n")
 write_atomically(out.with_suffix(".md"), table)
 print(table)
