@@ -150,7 +150,9 @@ def fit_run(config: str, fit_args: list[str], split: dict[str, list[str]], run_d
     # The split a finished run wrote is what its DataModule really read; an unfinished one is
     # judged by what it was asked for.
     previous = written if metrics.is_file() else asked
-    if (metrics.is_file() or asked.is_file()) and read_json(previous) != split:
+    if (metrics.is_file() or asked.is_file()) and _ids_only(read_json(previous)) != _ids_only(
+        split
+    ):
         raise ConfigError(
             f"{run_dir}: was trained on another split (another plan, --filter_by or "
             "--with_audits), or its "
@@ -166,6 +168,11 @@ def fit_run(config: str, fit_args: list[str], split: dict[str, list[str]], run_d
                 "the cause and run the same command again: finished runs are kept"
             )
     return read_json(metrics)
+
+
+def _ids_only(split: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A split.json's ids per split, without the text hashes a run writes beside them."""
+    return None if split is None else {name: split.get(name) for name in ("train", "val", "test")}
 
 
 def _stopped(signum: int, frame: Any) -> None:

@@ -45,6 +45,13 @@ from docclass.errors import DataError
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "val", "test")
+# split.json's key for each named document's text hash (absent from older and hand-made files).
+TEXT_HASHES = "text_sha256"
+
+
+def text_hash(text: str) -> str:
+    """The first 16 hex digits of the text's SHA-256: enough to tell an edited document."""
+    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()[:16]
 
 
 def check_settings(**settings) -> None:
@@ -324,6 +331,19 @@ class DocDataModule(pl.LightningDataModule):
                     f"(first: {missing[:3]}); it was written for different data"
                 )
             result[split] = pool.select([position[d] for d in wanted[split]])
+        hashes = wanted.get(TEXT_HASHES) or {}
+        changed = [
+            doc_id
+            for split in SPLITS
+            for doc_id, text in zip(result[split]["id"], result[split]["text"], strict=True)
+            if doc_id in hashes and hashes[doc_id] != text_hash(text)
+        ]
+        if changed:
+            raise DataError(
+                f"{path}: {len(changed)} of the documents it names have other texts in "
+                f"{self.source_spec.source} now (first id {changed[0]!r}); it was written for "
+                "another version of the data: drop data.split_file to split afresh"
+            )
         return result
 
     def _cap_per_class(self, dataset: datasets.Dataset) -> datasets.Dataset:
@@ -336,10 +356,19 @@ class DocDataModule(pl.LightningDataModule):
         return dataset.select(keep)
 
     def write_split(self, path: str | Path) -> None:
-        """Write the document ids of each split, so a later run can reuse the exact split."""
+        """Write the document ids of each split, so a later run can reuse the exact split, and
+        a short hash of each document's text (``text_sha256``), so that reuse on edited data
+        (a row inserted into a CSV whose ids are row numbers) is refused, not silently shifted."""
         self.prepare()
-        ids = {split: list(self.splits[split]["id"]) for split in SPLITS}
-        Path(path).write_text(json.dumps(ids))
+        content: dict = {split: list(self.splits[split]["id"]) for split in SPLITS}
+        content[TEXT_HASHES] = {
+            doc_id: text_hash(text)
+            for split in SPLITS
+            for doc_id, text in zip(
+                self.splits[split]["id"], self.splits[split]["text"], strict=True
+            )
+        }
+        Path(path).write_text(json.dumps(content))
 
     # -- tokenization and loaders ---------------------------------------------------------
     def tokenized(self, split: str) -> datasets.Dataset:

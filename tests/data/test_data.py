@@ -540,6 +540,36 @@ def test_a_repeated_id_is_renamed_past_the_ids_the_source_already_has(tmp_path):
     assert loaded.splits["train"]["text"] == rows["text"]
 
 
+@pytest.mark.fault(
+    "a split.json reused on data edited since (a row inserted into a CSV whose ids are row "
+    "numbers)",
+    "one line naming split.json, how many documents changed and the first id; never a split "
+    "shifted by one row",
+)
+def test_a_split_file_reused_on_edited_data_is_refused(tmp_path):
+    rows = topical_rows(40)
+    path, split_file = tmp_path / "docs.csv", tmp_path / "split.json"
+    datasets.Dataset.from_dict(rows).to_csv(str(path), index=False)  # ids are row numbers
+    first = DocDataModule(source=str(path), tokenizer=SMALL_TOKENIZER, val_fraction=0.2)
+    first.write_split(split_file)
+    again = DocDataModule(source=str(path), tokenizer=SMALL_TOKENIZER, split_file=str(split_file))
+    again.prepare()
+    assert again.splits["test"]["text"] == first.splits["test"]["text"]
+    # One row inserted at the top: every id now names the row that was before it.
+    edited = {"text": ["new text", *rows["text"]], "label": [0, *rows["label"]]}
+    datasets.Dataset.from_dict(edited).to_csv(str(path), index=False)
+    message = one_line_error(source=str(path), split_file=str(split_file))
+    assert message.startswith(f"{split_file}: 40 of the documents it names have other texts")
+    # A split.json written without the hashes (by hand, or before them) is read as before.
+    names = json.loads(split_file.read_text())
+    split_file.write_text(json.dumps({s: names[s] for s in ("train", "val", "test")}))
+    unchecked = DocDataModule(
+        source=str(path), tokenizer=SMALL_TOKENIZER, split_file=str(split_file)
+    )
+    unchecked.prepare()
+    assert unchecked.splits["test"]["id"] == first.splits["test"]["id"]
+
+
 def test_a_split_file_whose_splits_overlap_is_refused(bbc, tmp_path):
     bbc.write_split(tmp_path / "split.json")
     split = json.loads((tmp_path / "split.json").read_text())

@@ -107,6 +107,9 @@ def test_a_run_folder_of_another_split_is_not_reused(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="cleaned: was trained on another split"):
         audit.fit_run("c.yaml", [], {"train": ["2"], "val": [], "test": []}, run_dir)
     assert audit.fit_run("c.yaml", [], same, run_dir) == {"test": {"accuracy": 1.0}}
+    # The text hashes a run writes beside the ids are no other split.
+    (run_dir / "split.json").write_text(json.dumps({**same, "text_sha256": {"1": "0f"}}))
+    assert audit.fit_run("c.yaml", [], same, run_dir) == {"test": {"accuracy": 1.0}}
     # Unfinished: judged by what it was asked to train on.
     (run_dir / "metrics.json").unlink()
     with pytest.raises(ConfigError, match="cleaned: was trained on another split"):
@@ -341,7 +344,8 @@ def test_audit_finds_planted_flips_resumes_and_refuses_another_plan(
     for fold, split in enumerate(plan["fold_splits"]):
         # The fold's own run trained on the documents the plan gave it, not on its held-out ones.
         run_dir = out / "folds" / f"fold-{fold}"
-        assert json.loads((run_dir / "split.json").read_text()) == split
+        written = json.loads((run_dir / "split.json").read_text())
+        assert {name: written[name] for name in ("train", "val", "test")} == split
         # Calibrated by the audit on the fold's validation share, for the weights it tested.
         weights = json.loads((run_dir / "metrics.json").read_text())["test"]["weights"]
         calibration = json.loads((run_dir / "calibration.json").read_text())["by_weights"]
