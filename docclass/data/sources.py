@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import importlib.util
 import itertools
+import json
 import logging
 import os
 import re
@@ -302,6 +303,8 @@ def load_source(spec: SourceSpec) -> LoadedSource:
             f"{spec.source}: no such file or folder; check the path in data.source (a hub "
             "dataset is owner/name, its owner not a folder here)"
         )
+    if path.is_dir():
+        _check_class_names_agree(path, spec.label_column)
     loaded = _load_with_datasets(spec)
     wanted = [s for s in (spec.train_split, spec.val_split, spec.test_split) if s]
     if spec.train_split not in loaded:
@@ -338,6 +341,37 @@ def load_source(spec: SourceSpec) -> LoadedSource:
         list(train_feature.names) if isinstance(train_feature, datasets.ClassLabel) else None
     )
     return LoadedSource(splits, label_names)
+
+
+def _check_class_names_agree(root: Path, label_column: str | None) -> None:
+    """Refuse a local dataset folder whose Parquet files name their label integers
+    differently: ``datasets`` reads every file with the first one's ClassLabel, so a test
+    file written with ``["b", "a"]`` beside a train file's ``["a", "b"]`` would have every
+    label read as the other class."""
+    import pyarrow.parquet as pq  # a dependency of datasets
+
+    if label_column is None:
+        return
+    first: tuple[Path, list] | None = None
+    for file in sorted(root.rglob("*.parquet")):
+        if any(part.startswith(".") for part in file.relative_to(root).parts):
+            continue  # datasets skips hidden files and folders too
+        try:
+            info = json.loads((pq.read_schema(file).metadata or {})[b"huggingface"])
+            feature = info["info"]["features"][label_column]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # unreadable here: load_dataset names the problem; no ClassLabel: no names
+        if not isinstance(feature, dict) or feature.get("_type") != "ClassLabel":
+            continue
+        names = feature.get("names")
+        if first is None:
+            first = (file, names)
+        elif names != first[1]:
+            raise DataError(
+                f"{root}: {file.name} names its label classes {names}, {first[0].name} "
+                f"{first[1]}; read together, one file's labels would become other classes: "
+                "write every file with the same ClassLabel names in the same order"
+            )
 
 
 def _with_unique_ids(

@@ -499,6 +499,25 @@ def test_an_unlabelled_class_label_is_refused_not_read_as_the_last_class(tmp_pat
 
 
 @pytest.mark.fault(
+    "a dataset folder whose Parquet files name their ClassLabel classes in another order",
+    "one line naming the folder, both files and both name lists; never one file's labels read "
+    "as the other's classes",
+)
+def test_parquet_files_that_name_their_classes_differently_are_refused(tmp_path):
+    root = tmp_path / "hub"
+    rows = topical_rows(20)
+    names = list(AG_NEWS_CLASSES)
+    _class_label_parquet(root / "data" / "train-0.parquet", rows["text"], rows["label"], names)
+    _class_label_parquet(root / "data" / "test-0.parquet", ["e f", "g h"], [0, 1], names[::-1])
+    message = one_line_error(source=str(root), val_fraction=0.2)
+    assert message.startswith(f"{root}: train-0.parquet names its label classes {names}")
+    assert f"test-0.parquet {names[::-1]}" in message
+    # The same names in the same order are read, their labels as those names.
+    _class_label_parquet(root / "data" / "test-0.parquet", ["e f", "g h"], [0, 1], names)
+    assert load_source(SourceSpec(str(root))).splits["test"]["label"] == names[:2]
+
+
+@pytest.mark.fault(
     "a source whose ids repeat (ids restarting in every split, or twice in one split)",
     "ids made unique (`test/0`, `7#2`, with a warning), so a reused split.json names one "
     "document each; never a test document trained on",
