@@ -69,13 +69,15 @@ def bbc_data_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "bbcnews" / "data"
 
 
-# One step of a UTF-8 reading: a run of ASCII, one well-formed multi-byte character, or one
-# byte that no well-formed character starts with.
+# One step of a UTF-8 reading: a run of ASCII, one well-formed multi-byte character, one cut
+# short (a lead byte and some of its continuation bytes), or any other single byte.
 _UTF8_STEP = re.compile(
     rb"[\x00-\x7f]+"
     rb"|[\xc2-\xdf][\x80-\xbf]"
     rb"|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}|\xed[\x80-\x9f][\x80-\xbf]"
     rb"|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}|\xf4[\x80-\x8f][\x80-\xbf]{2}"
+    rb"|\xe0[\xa0-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]|\xed[\x80-\x9f]"
+    rb"|\xf0[\x90-\xbf][\x80-\xbf]?|[\xf1-\xf3][\x80-\xbf]{1,2}|\xf4[\x80-\x8f][\x80-\xbf]?"
     rb"|.",
     re.DOTALL,
 )
@@ -83,16 +85,18 @@ _UTF8_STEP = re.compile(
 
 def decode_text(raw: bytes) -> tuple[str, bool]:
     """Decode UTF-8 (a UTF-8 byte-order mark dropped); a file with a UTF-32 or UTF-16
-    byte-order mark by its mark; otherwise, when strict UTF-8 fails, character by character.
+    byte-order mark by its mark; otherwise, when strict UTF-8 fails, the whole file as
+    Windows-1252 (a superset of Latin-1, for legacy files) or as UTF-8 with stray
+    Windows-1252 bytes.
 
-    Without a mark, each byte that starts no UTF-8 character is read as Windows-1252 (a
-    superset of Latin-1, for legacy files), so a UTF-8 file with stray Windows-1252 quotes reads
-    exactly. A well-formed UTF-8 character stays one when it is an accented Latin letter, a
-    symbol of U+00A0-U+00FF or any three- or four-byte character: Windows-1252 text spells those
-    byte sequences only as mojibake. The other two-byte characters (U+0080-U+07FF: Greek,
-    Cyrillic, IPA...) are also what a Windows-1252 capital letter followed by a curly quote
-    spells (``É’`` is ``ɒ``, between ASCII letters), so they stay UTF-8 only when those standing
-    beside another multi-byte character (letters of a word) outnumber the stray bytes.
+    A byte of 0xA0-0xFF that starts no UTF-8 character (``é`` before a space) is Windows-1252
+    text, so the file is read as Windows-1252; a UTF-8 file with such a byte pasted in cannot be
+    told from one. A file whose only such bytes are 0x80-0x9F (curly quotes, dashes pasted into
+    UTF-8) keeps its UTF-8 characters and reads just those bytes as Windows-1252, so both parts
+    read exactly; a character cut short reads as U+FFFD. A UTF-8 byte-order mark says UTF-8
+    whatever the bytes. A Windows-1252 file whose every accented letter happens to form a UTF-8
+    character with the punctuation after it (``É’``) reads as UTF-8: no rule on bytes alone
+    tells the two apart.
 
     Returns:
         ``(text, was_legacy)``; ``was_legacy`` is True when strict UTF-8 failed.
@@ -106,27 +110,34 @@ def decode_text(raw: bytes) -> tuple[str, bool]:
         return raw.decode("utf-8-sig"), False
     except UnicodeDecodeError:
         pass
-    steps = _UTF8_STEP.findall(raw.removeprefix(b"\xef\xbb\xbf"))
-    stray = sum(len(step) == 1 and step[0] > 0x7F for step in steps)
-    # A lookalike beside another multi-byte character is a letter of a word in that script;
-    # Windows-1252's "É’" stands between ASCII letters.
-    wide = [False, *(len(step) > 1 and step[0] > 0x7F for step in steps), False]
-    in_words = sum(
-        _two_byte_lookalike(step) and (wide[i] or wide[i + 2]) for i, step in enumerate(steps)
-    )
-    keep_lookalikes = in_words > stray
-    parts = []
-    for step in steps:
-        if step[0] < 0x80 or len(step) == 1 or (_two_byte_lookalike(step) and not keep_lookalikes):
-            parts.append(step.decode("cp1252", errors="replace"))
-        else:
-            parts.append(step.decode("utf-8"))
-    return "".join(parts), True
+    utf8_mark = raw.startswith(b"\xef\xbb\xbf")
+    body = raw.removeprefix(b"\xef\xbb\xbf")
+    steps = _UTF8_STEP.findall(body)
+    kinds = [_step_kind(step, at_end=i == len(steps) - 1) for i, step in enumerate(steps)]
+    windows_letters = any(k == "stray" and s[0] >= 0xA0 for k, s in zip(kinds, steps, strict=True))
+    if not utf8_mark and (windows_letters or "character" not in kinds):
+        return body.decode("cp1252", errors="replace"), True
+    parts = {
+        "ascii": lambda step: step.decode("ascii"),
+        "character": lambda step: step.decode("utf-8"),
+        "cut": lambda step: "\ufffd",
+        "stray": lambda step: step.decode("cp1252", errors="replace"),
+    }
+    return "".join(parts[kind](step) for kind, step in zip(kinds, steps, strict=True)), True
 
 
-def _two_byte_lookalike(step: bytes) -> bool:
-    """A two-byte UTF-8 character outside U+00A0-U+00FF, which Windows-1252 text can spell."""
-    return len(step) == 2 and not 0xA0 <= ((step[0] & 0x1F) << 6 | step[1] & 0x3F) <= 0xFF
+def _step_kind(step: bytes, at_end: bool) -> str:
+    """``ascii``, ``character`` (a whole multi-byte UTF-8 character), ``cut`` (one cut short; a
+    lone lead byte counts as one only at the end of the file) or ``stray``."""
+    if step[0] < 0x80:
+        return "ascii"
+    if len(step) > 1:
+        try:
+            step.decode("utf-8")
+            return "character"
+        except UnicodeDecodeError:
+            return "cut"
+    return "cut" if at_end and 0xC2 <= step[0] <= 0xF4 else "stray"
 
 
 # Folders that tools put beside real ones (macOS archives, Python caches): never a class.
@@ -165,8 +176,8 @@ def read_class_folders(root: Path, legacy_level: int = logging.WARNING) -> Loade
     if legacy:
         log.log(
             legacy_level,
-            "%d file(s) in %s were not valid UTF-8: read by their UTF-16/32 mark, or as UTF-8 "
-            "with each stray byte read as Windows-1252; save them as UTF-8",
+            "%d file(s) in %s were not valid UTF-8: read by their UTF-16/32 mark, or as "
+            "Windows-1252 (or UTF-8 with stray Windows-1252 quotes); save them as UTF-8",
             legacy,
             root,
         )
@@ -305,6 +316,15 @@ def load_source(spec: SourceSpec) -> LoadedSource:
         )
     if path.is_dir():
         _check_class_names_agree(path, spec.label_column)
+    named = [(key, name) for key, name in (("train_split", spec.train_split),
+             ("val_split", spec.val_split), ("test_split", spec.test_split)) if name]  # fmt: skip
+    for (key, name), (other, other_name) in itertools.combinations(named, 2):
+        if name == other_name:
+            # Both roles would read the same documents: test scores on training data.
+            raise DataError(
+                f"{spec.source}: data.{other} and data.{key} both name split {name!r}; name "
+                f"another split for data.{other}, or set it null to carve one from training"
+            )
     loaded = _load_with_datasets(spec)
     wanted = [s for s in (spec.train_split, spec.val_split, spec.test_split) if s]
     if spec.train_split not in loaded:
@@ -380,18 +400,37 @@ def _with_unique_ids(
     """Every document's id made its own: a split.json, an audit and a report name documents
     by id, and an id naming two documents would put either one in the other's split.
 
-    Ids that restart in every split (a common hub layout) get the split's name in front;
-    an id repeated inside one split gets the lowest free ``#2``, ``#3``... on its later rows
-    (free across every split, so ``7#2`` already in the data is never named twice), with a
-    warning.
+    An id repeated inside one split gets ``#2``, ``#3``... on its later rows (the lowest that
+    split does not already hold), with a warning; numbered within its split alone, a split's
+    ids stay the same whichever other splits are loaded. Splits that then share ids (a common
+    hub layout: ids restart in every split) get the split's name in front of every id.
     """
-    pool = [doc_id for dataset in splits.values() for doc_id in dataset["id"]]
-    if len(set(pool)) == len(pool):
-        return splits
     source_name = {"train": spec.train_split, "val": spec.val_split, "test": spec.test_split}
-    if len(splits) > 1 and any(
-        len({*a["id"]} & {*b["id"]}) for a, b in itertools.combinations(splits.values(), 2)
-    ):
+    for role, dataset in splits.items():
+        ids = dataset["id"]
+        if len(set(ids)) == len(ids):
+            continue
+        taken, seen, unique, renamed = set(ids), set(), [], []
+        for doc_id in ids:
+            if doc_id in seen:
+                k = 2
+                while f"{doc_id}#{k}" in taken:
+                    k += 1
+                renamed.append((doc_id, f"{doc_id}#{k}"))
+                doc_id = f"{doc_id}#{k}"
+                taken.add(doc_id)
+            seen.add(doc_id)
+            unique.append(doc_id)
+        log.warning(
+            "%s (%s): %d rows repeat an earlier row's id, and are renamed with #2, #3... "
+            "(the first, a repeat of %r, is now %r)",
+            spec.source,
+            source_name[role],
+            len(renamed),
+            *renamed[0],
+        )
+        splits[role] = _replace_ids(dataset, unique)
+    if any({*a["id"]} & {*b["id"]} for a, b in itertools.combinations(splits.values(), 2)):
         splits = {
             role: _replace_ids(dataset, [f"{source_name[role]}/{i}" for i in dataset["id"]])
             for role, dataset in splits.items()
@@ -401,30 +440,6 @@ def _with_unique_ids(
             spec.source,
             splits["train"]["id"][0],
         )
-    taken = {doc_id for dataset in splits.values() for doc_id in dataset["id"]}
-    for role, dataset in splits.items():
-        seen: set[str] = set()
-        ids, repeated = [], []
-        for doc_id in dataset["id"]:
-            if doc_id in seen:
-                repeated.append(doc_id)
-                k = 2
-                while f"{doc_id}#{k}" in taken:
-                    k += 1
-                doc_id = f"{doc_id}#{k}"
-                taken.add(doc_id)
-            seen.add(doc_id)
-            ids.append(doc_id)
-        if repeated:
-            log.warning(
-                "%s (%s): %d rows repeat an earlier row's id (first %r); they are named "
-                "id#2, id#3...",
-                spec.source,
-                source_name[role],
-                len(repeated),
-                repeated[0],
-            )
-            splits[role] = _replace_ids(dataset, ids)
     pool = [doc_id for dataset in splits.values() for doc_id in dataset["id"]]
     if len(set(pool)) != len(pool):  # a guard: the renaming above leaves no id twice
         twice = next(i for i, n in collections.Counter(pool).items() if n > 1)
@@ -444,7 +459,10 @@ def _labels_as_names(dataset: datasets.Dataset, spec: SourceSpec, split: str) ->
         return dataset
     values = dataset["label"]
     bad = sorted({v for v in values if v is None or not 0 <= v < feature.num_classes}, key=str)
-    if bad and (spec.labels_required or not set(bad) <= {-1, None}):
+    if not spec.labels_required:
+        # Explaining needs no label: only values that are not "no label" are wrong here.
+        bad = [v for v in bad if v not in (-1, None)]
+    if bad:
         fix = "drop those rows"
         if spec.labels_required and split == spec.test_split:
             fix += (

@@ -3,6 +3,8 @@ import logging
 import shutil
 
 import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 from helpers import AG_NEWS_CLASSES, topical_rows, write_ag_news_like
@@ -201,29 +203,50 @@ def test_collate_pads_and_masks():
 
 @pytest.mark.fault(
     "class-folder file that is not valid UTF-8",
-    "UTF-16 or UTF-32 by its mark; else UTF-8 with each stray byte read as Windows-1252 "
-    "(mixed files exact); a warning, and counted in `metrics.json`",
+    "UTF-16 or UTF-32 by its mark; else the whole file as Windows-1252, or as UTF-8 whose stray "
+    "0x80-0x9F bytes (curly quotes, dashes) read as Windows-1252; a warning, and counted in "
+    "`metrics.json`",
 )
 def test_decode_falls_back_to_windows_1252():
     assert decode_text("£5 café".encode()) == ("£5 café", False)
-    assert decode_text(b"\xa35 caf\xe9") == ("£5 café", True)
-    # UTF-8 with stray Windows-1252 bytes (a dash, curly quotes pasted in): both read exactly.
-    assert decode_text("café naïve ".encode() + b"\x96 dash") == ("café naïve – dash", True)
-    mixed = "Déjà vu ".encode() + b"\x93quoted\x94 it\x92s"
-    assert decode_text(mixed) == ("Déjà vu “quoted” it’s", True)
-    # Words of a two-byte script stay UTF-8 beside a stray byte.
-    assert decode_text("Καλημέρα κόσμε ".encode() + b"\x92") == ("Καλημέρα κόσμε ’", True)
-    assert decode_text(b"\x81 x") == ("\ufffd x", True)  # a byte Windows-1252 leaves undefined
     assert decode_text("hi there".encode("utf-16")) == ("hi there", True)
     assert decode_text("hi there".encode("utf-32")) == ("hi there", True)
     assert decode_text("\ufeffhi".encode()) == ("hi", False)  # a UTF-8 mark is no text
-    # Windows-1252 where a capital accented letter and a curly quote happen to be valid UTF-8.
+    assert decode_text(b"\x81 x") == ("\ufffd x", True)  # a byte Windows-1252 leaves undefined
+    # Windows-1252 files read exactly, even where some accented letter and the punctuation after
+    # it happen to spell a valid UTF-8 character (É’ is ɒ, é followed by a no-break space and
+    # » a Chinese character, é… another).
     for legacy in (
+        "£5 café",
+        "I love café",
         "Le “CAFÉ” à Paris, très bon café",
         "JOSÉ’s café près de l’église",
         "JOSÉ’s CAFÉ” près",
+        "Il a dit « c’est l’été\xa0».",
+        "l’été\xa0»",
+        "“Touché…” dit-il, très",
+        "MAÇÃ… IRMÃ’s",
     ):
-        assert decode_text(legacy.encode("cp1252")) == (legacy, True)
+        assert decode_text(legacy.encode("cp1252")) == (legacy, True), legacy
+    # UTF-8 of any script with stray Windows-1252 punctuation pasted in: both parts exactly.
+    for utf8, stray, text in (
+        ("café naïve ", b"\x96 dash", "café naïve – dash"),
+        ("Déjà vu ", b"\x93quoted\x94 it\x92s", "Déjà vu “quoted” it’s"),
+        ("Καλημέρα κόσμε ", b"\x92", "Καλημέρα κόσμε ’"),
+        ("Ναι ο ", b"\x85\x96\x97\x92", "Ναι ο …–—’"),
+        ("Dzień dobry, był ", b"\x93x\x94", "Dzień dobry, był “x”"),
+        ("România este o țară frumoasă ", b"\x92", "România este o țară frumoasă ’"),
+        ("π r² and 5 μm ", b"\x93x\x94", "π r² and 5 μm “x”"),
+    ):
+        assert decode_text(utf8.encode() + stray) == (text, True), text
+    # A UTF-8 character cut short is one replacement character, not Windows-1252 letters.
+    assert decode_text("Καλημέρα".encode() + b"\xce") == ("Καλημέρα\ufffd", True)
+    assert decode_text("中文".encode() + b"\xe4\xb8 and " + "中".encode()) == (
+        "中文\ufffd and 中",
+        True,
+    )
+    # A UTF-8 mark says UTF-8, so even a Windows-1252 letter pasted in leaves the rest alone.
+    assert decode_text(b"\xef\xbb\xbf" + "café".encode() + b" \xa3") == ("café £", True)
 
 
 def test_a_legacy_file_warns_in_a_users_folder_not_in_the_packaged_corpus(tmp_path, caplog):
@@ -496,6 +519,14 @@ def test_an_unlabelled_class_label_is_refused_not_read_as_the_last_class(tmp_pat
     _class_label_parquet(root / "data" / "train-0.parquet", ["a b"] * 4, [0, -1, 1, 2], names)
     message = one_line_error(source=str(root), val_fraction=0.2)
     assert "(train): label value(s) [-1]" in message and "test_split" not in message
+    # Unlabelled rows are allowed when explaining; only the value naming no class is shown.
+    # (datasets refuses to write 7 under four names, so its feature metadata is copied over.)
+    test_file = root / "data" / "test-0.parquet"
+    metadata = pq.read_schema(test_file).metadata
+    table = pa.table({"text": ["e f", "g h"], "label": pa.array([-1, 7], pa.int64())})
+    pq.write_table(table.replace_schema_metadata(metadata), test_file)
+    with pytest.raises(DataError, match=r"\(test\): label value\(s\) \[7\] name no class"):
+        load_source(SourceSpec(str(root), labels_required=False))
 
 
 @pytest.mark.fault(
@@ -537,7 +568,10 @@ def test_repeated_ids_are_made_unique_and_a_reused_split_keeps_its_documents(tmp
         first = DocDataModule(source=str(root), tokenizer=SMALL_TOKENIZER, val_fraction=0.2)
         first.write_split(tmp_path / "split.json")
     assert "each id is prefixed with its split's name ('train/0')" in caplog.text
-    assert "1 rows repeat an earlier row's id (first 'test/0')" in caplog.text
+    assert (
+        "1 rows repeat an earlier row's id, and are renamed with #2, #3... (the first, a "
+        "repeat of '0', is now '0#2')" in caplog.text
+    )
     test_ids = first.splits["test"]["id"]
     assert test_ids[:2] == ["test/0", "test/1"] and test_ids[-1] == "test/0#2"
     again = DocDataModule(
@@ -547,6 +581,21 @@ def test_repeated_ids_are_made_unique_and_a_reused_split_keeps_its_documents(tmp
     for split in ("train", "val", "test"):
         assert again.splits[split]["text"] == first.splits[split]["text"]
     assert set(again.splits["test"]["text"]) == set(rows["text"][30:40])
+
+
+@pytest.mark.fault(
+    "data.val_split or data.test_split naming the same split as another role",
+    "one line naming both settings and the fix; never test scores on training documents",
+)
+def test_a_split_named_for_two_roles_is_refused(tmp_path):
+    path = tmp_path / "docs.csv"
+    datasets.Dataset.from_dict(topical_rows(8)).to_csv(str(path), index=False)
+    # Test documents would be the training documents.
+    message = one_line_error(source=str(path), test_split="train")
+    assert message == (
+        f"{path}: data.test_split and data.train_split both name split 'train'; name another "
+        "split for data.test_split, or set it null to carve one from training"
+    )
 
 
 def test_a_repeated_id_is_renamed_past_the_ids_the_source_already_has(tmp_path):
