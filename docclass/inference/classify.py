@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from docclass.data.sources import decode_text
 from docclass.errors import ConfigError
 from docclass.inference.classifier import DocClassifier
 from docclass.interpret.records import EMPTY_DOCUMENT
@@ -48,6 +49,11 @@ from docclass.interpret.records import EMPTY_DOCUMENT
 TABLE_SUFFIXES = {".csv", ".jsonl", ".parquet"}
 # Sniffing this much of a file is enough to tell text from binary.
 SNIFF_BYTES = 8192
+UTF16_32_MARKS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
+NOT_UTF8 = (
+    "not valid UTF-8: read by its UTF-16/32 mark, or as Windows-1252 (or UTF-8 with stray "
+    "Windows-1252 quotes), as training reads class-folder files; save it as UTF-8"
+)
 CHUNK_DOCUMENTS = 1024
 # A table column that names its rows; output rows carry it as their id.
 ID_COLUMN = "id"
@@ -64,18 +70,14 @@ class InputDocument:
 
 
 def decode_document(raw: bytes) -> tuple[str | None, str | None, str | None]:
-    """``(text, error, warning)`` for a file's bytes."""
-    if b"\x00" in raw[:SNIFF_BYTES]:
+    """``(text, error, warning)`` for a file's bytes, decoded as training decodes a class
+    folder's files: a model trained on Windows-1252 files then reads the same words here."""
+    # UTF-16 and UTF-32 text is full of NUL bytes; its byte-order mark says it is text.
+    if b"\x00" in raw[:SNIFF_BYTES] and not raw.startswith(UTF16_32_MARKS):
         return None, "binary file (NUL bytes): not a text document", None
-    try:
-        return raw.decode("utf-8-sig"), None, None
-    except UnicodeDecodeError as error:
-        text = raw.decode("utf-8", errors="replace")
-        warning = (
-            f"not valid UTF-8 (first bad byte at offset {error.start}); undecodable bytes "
-            "replaced with U+FFFD"
-        )
-        return text, None, warning
+    text, was_legacy = decode_text(raw)
+    warning = NOT_UTF8 if was_legacy else None
+    return text, None, warning
 
 
 def _read_file(path: Path) -> InputDocument:

@@ -16,9 +16,10 @@ from helpers import LONG, lead_weights, write_every_input_kind
 
 import docclass
 from docclass.cli import main
+from docclass.data.sources import decode_text
 from docclass.errors import CheckpointError, ConfigError
 from docclass.inference.classifier import WordScoreMethod
-from docclass.inference.classify import read_inputs
+from docclass.inference.classify import NOT_UTF8, decode_document, read_inputs
 from docclass.interpret.default_method import default_method
 from docclass.interpret.inputs import encode_documents
 from docclass.interpret.records import RECORD_METHODS
@@ -81,10 +82,27 @@ def check_rows(rows: list[dict]) -> None:
 
 
 @pytest.mark.fault(
+    "classify: a text file that is not UTF-8 (Windows-1252, UTF-16)",
+    "read as training reads a class folder's files, with a `warning`; never U+FFFD where "
+    "training saw the letter, and a UTF-16 file is text, not binary",
+)
+def test_a_file_that_is_not_utf8_reads_as_training_reads_it():
+    for raw, text in (
+        ("Chelsea pay £5m".encode("cp1252"), "Chelsea pay £5m"),
+        ("Chelsea pay £5m".encode("utf-16"), "Chelsea pay £5m"),
+        ("Καλημέρα ".encode() + b"\x93x\x94", "Καλημέρα “x”"),
+    ):
+        assert decode_text(raw) == (text, True)
+        assert decode_document(raw) == (text, None, NOT_UTF8)
+    assert decode_document("café".encode()) == ("café", None, None)
+    assert decode_document(b"a\x00b")[1] == "binary file (NUL bytes): not a text document"
+
+
+@pytest.mark.fault(
     "classify: empty or whitespace-only document, non-UTF-8 file, binary file, "
     "document longer than the model reads, table row without its text column",
     "one output row each, in input order: `error` (empty, binary, missing column), "
-    "`warning` (bad bytes replaced), `truncated: true`; the run goes on",
+    "`warning` (not UTF-8), `truncated: true`; the run goes on",
 )
 def test_every_input_kind_and_bad_input_gets_one_row_in_order(monkeypatch, capsys, ckpt, inputs):
     out, err = run_classify(monkeypatch, capsys, ckpt, [*arguments(inputs), "--top_words", "2"])
@@ -92,7 +110,7 @@ def test_every_input_kind_and_bad_input_gets_one_row_in_order(monkeypatch, capsy
     check_rows(rows)
     assert "classified 8 of 16 documents (8 errors, 1 warnings, 1 truncated)" in err
     latin = rows[3]
-    assert "£" not in json.dumps(latin) and "U+FFFD" in latin["warning"]
+    assert "Windows-1252" in latin["warning"]
     top = rows[0]["top_words"]
     text = (inputs / "folder" / "a.txt").read_text()
     assert len(top) == 2 and all(text[w["start"] : w["end"]] == w["word"] for w in top)
