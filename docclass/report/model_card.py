@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from typing import Any
 
 from docclass.interpret.default_method import REPORT_TABLE
@@ -24,14 +25,22 @@ USAGE = [
 ]
 
 
+# The characters that make Markdown markup inside a line (links and images need brackets, HTML
+# is escaped as entities): a label named "[docs](https://…)" would otherwise be a link on the
+# hub's page, and one with a backtick would end a code span.
+_MARKDOWN_MARKUP = re.compile(r"([\\`*_\[\]~])")
+
+
 def _cell(value: Any) -> str:
-    """Text safe inside a Markdown table cell rendered as HTML."""
-    return html.escape(str(value)).replace("|", "&#124;").replace("\n", " ")
+    """Text shown as written inside a Markdown table cell rendered as HTML."""
+    return _prose(value, quote=True).replace("|", "&#124;")
 
 
-def _prose(value: Any) -> str:
-    """Text safe in a Markdown paragraph rendered as HTML: no markup, quotes left readable."""
-    return html.escape(str(value), quote=False).replace("\n", " ")
+def _prose(value: Any, quote: bool = False) -> str:
+    """Text shown as written in a Markdown paragraph rendered as HTML: Markdown's markup
+    characters backslash-escaped, then HTML's as entities (quotes left readable in prose)."""
+    escaped = _MARKDOWN_MARKUP.sub(r"\\\1", str(value))
+    return html.escape(escaped, quote=quote).replace("\n", " ")
 
 
 def _yaml_string(value: Any) -> str:
@@ -220,7 +229,8 @@ def model_card(facts: dict[str, Any]) -> str:
     data, test, spread, calibration, faithfulness (removal → table), default_method, license,
     language,
     datasets, parameters, docclass_version."""
-    labels = ", ".join(f"`{_cell(name)}`" for name in facts["labels"])
+    # Not code spans: a backslash escape inside one would show as written.
+    labels = ", ".join(_cell(name) for name in facts["labels"])
     origin = facts.get("started_from")
     data = facts.get("data") or {}
     lines = [*_front_matter(facts), f"# {_cell(facts['name'])}", ""]

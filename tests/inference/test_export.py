@@ -158,6 +158,30 @@ def test_card_escapes_every_recorded_value():
     assert card.count("&lt;img") >= 12
 
 
+def test_card_values_are_never_markdown_links_or_code():
+    # The hub renders the card as Markdown: a label or a source is shown as written, never a
+    # link with a hidden target, emphasis, or the end of a code span.
+    from markdown_it import MarkdownIt
+
+    link, tick = "[docs](https://evil.example)", "a` <b>x</b> `b"
+    card = model_card(
+        {
+            "name": "n",
+            "labels": [link, tick, "*bold*", "under_score"],
+            "max_tokens": 512,
+            "data": {"source": link, "train_documents": 3},
+            "split": {"split_seed": 0},
+            "test": {"accuracy": 0.9, "macro_f1": 0.9, "per_class_f1": [0.9] * 4},
+            "default_method": {"reason": link},
+        }
+    )
+    page = MarkdownIt("commonmark").enable("table").render(card)
+    assert "evil.example" in page and 'href="https://evil' not in page
+    assert "<b>" not in page and "<em>bold</em>" not in page
+    assert page.count("[docs](https://evil.example)") >= 3  # the label, the source, the reason
+    assert "*bold*" in page and "under_score" in page and "a` &lt;b&gt;x&lt;/b&gt; `b" in page
+
+
 def test_the_runs_figures_name_the_weights_they_were_measured_on(fitted, ckpt):
     fingerprint = load_classifier(ckpt).fingerprint
     metrics = json.loads((fitted / "metrics.json").read_text())
