@@ -87,16 +87,19 @@ def decode_text(raw: bytes) -> tuple[str, bool]:
     """Decode UTF-8 (a UTF-8 byte-order mark dropped); a file with a UTF-32 or UTF-16
     byte-order mark by its mark; otherwise, when strict UTF-8 fails, the whole file as
     Windows-1252 (a superset of Latin-1, for legacy files) or as UTF-8 with stray
-    Windows-1252 bytes.
+    Windows-1252 bytes, whichever its bytes speak for.
 
-    A byte of 0xA0-0xFF that starts no UTF-8 character (``é`` before a space) is Windows-1252
-    text, so the file is read as Windows-1252; a UTF-8 file with such a byte pasted in cannot be
-    told from one. A file whose only such bytes are 0x80-0x9F (curly quotes, dashes pasted into
-    UTF-8) keeps its UTF-8 characters and reads just those bytes as Windows-1252, so both parts
-    read exactly; a character cut short reads as U+FFFD. A UTF-8 byte-order mark says UTF-8
-    whatever the bytes. A Windows-1252 file whose every accented letter happens to form a UTF-8
-    character with the punctuation after it (``É’``) reads as UTF-8: no rule on bytes alone
-    tells the two apart.
+    For Windows-1252: each byte of 0xA0-0xFF that starts no UTF-8 character, or starts one cut
+    short before the end of the file (``é`` before a space, ``é’``). For UTF-8: each
+    three- or four-byte character, and each two-byte one beside another multi-byte character
+    (a letter inside a word of Greek, Cyrillic, Polish...). Windows-1252 text spells such
+    characters only by chance (``é…”`` is a Chinese character, ``É’`` is ``ɒ``), and rarely
+    inside a run of them. Windows-1252 wins ties, and a file with no well-formed multi-byte
+    character at all. Read as UTF-8, the stray bytes (curly quotes and dashes pasted in, a
+    ``£``) are read as Windows-1252 one by one, and a lead byte followed by only part of its
+    character, or alone at the very end, reads as U+FFFD. A UTF-8 byte-order mark says UTF-8
+    whatever the bytes. Left ambiguous: a Windows-1252 file whose only high bytes all happen to
+    spell UTF-8 characters with the punctuation after them (``“Touché…”``) reads as UTF-8.
 
     Returns:
         ``(text, was_legacy)``; ``was_legacy`` is True when strict UTF-8 failed.
@@ -114,21 +117,22 @@ def decode_text(raw: bytes) -> tuple[str, bool]:
     body = raw.removeprefix(b"\xef\xbb\xbf")
     steps = _UTF8_STEP.findall(body)
     kinds = [_step_kind(step, at_end=i == len(steps) - 1) for i, step in enumerate(steps)]
-    windows_letters = any(k == "stray" and s[0] >= 0xA0 for k, s in zip(kinds, steps, strict=True))
-    if not utf8_mark and (windows_letters or "character" not in kinds):
+    if not utf8_mark and _windows_1252_evidence(steps, kinds) >= _utf8_evidence(steps, kinds):
         return body.decode("cp1252", errors="replace"), True
     parts = {
         "ascii": lambda step: step.decode("ascii"),
         "character": lambda step: step.decode("utf-8"),
         "cut": lambda step: "\ufffd",
+        "cut_inside": lambda step: "\ufffd",
         "stray": lambda step: step.decode("cp1252", errors="replace"),
     }
     return "".join(parts[kind](step) for kind, step in zip(kinds, steps, strict=True)), True
 
 
 def _step_kind(step: bytes, at_end: bool) -> str:
-    """``ascii``, ``character`` (a whole multi-byte UTF-8 character), ``cut`` (one cut short; a
-    lone lead byte counts as one only at the end of the file) or ``stray``."""
+    """``ascii``; ``character`` (a whole multi-byte UTF-8 character); ``cut`` (one cut short at
+    the end of the file, a lone lead byte included); ``cut_inside`` (a lead byte and some of its
+    continuation bytes, inside the file); or ``stray`` (any other single high byte)."""
     if step[0] < 0x80:
         return "ascii"
     if len(step) > 1:
@@ -136,8 +140,32 @@ def _step_kind(step: bytes, at_end: bool) -> str:
             step.decode("utf-8")
             return "character"
         except UnicodeDecodeError:
-            return "cut"
+            return "cut" if at_end else "cut_inside"
     return "cut" if at_end and 0xC2 <= step[0] <= 0xF4 else "stray"
+
+
+def _windows_1252_evidence(steps: list[bytes], kinds: list[str]) -> int:
+    """Bytes a UTF-8 file does not have: a letter of 0xA0-0xFF alone, or one whose next bytes
+    start a character it does not finish."""
+    return sum(
+        (kind == "stray" and step[0] >= 0xA0) or kind == "cut_inside"
+        for kind, step in zip(kinds, steps, strict=True)
+    )
+
+
+def _utf8_evidence(steps: list[bytes], kinds: list[str]) -> int:
+    """Characters Windows-1252 text rarely spells: three or four bytes long, or two bytes beside
+    another multi-byte character. None at all is no evidence: the file is Windows-1252."""
+    wide = [False, *(kind == "character" for kind in kinds), False]
+    if not any(wide):
+        return 0
+    return max(
+        1,
+        sum(
+            kind == "character" and (len(step) > 2 or wide[i] or wide[i + 2])
+            for i, (kind, step) in enumerate(zip(kinds, steps, strict=True))
+        ),
+    )
 
 
 # Folders that tools put beside real ones (macOS archives, Python caches): never a class.
@@ -315,7 +343,7 @@ def load_source(spec: SourceSpec) -> LoadedSource:
             "dataset is owner/name, its owner not a folder here)"
         )
     if path.is_dir():
-        _check_class_names_agree(path, spec.label_column)
+        _check_class_names_agree(path, spec)
     named = [(key, name) for key, name in (("train_split", spec.train_split),
              ("val_split", spec.val_split), ("test_split", spec.test_split)) if name]  # fmt: skip
     for (key, name), (other, other_name) in itertools.combinations(named, 2):
@@ -363,35 +391,49 @@ def load_source(spec: SourceSpec) -> LoadedSource:
     return LoadedSource(splits, label_names)
 
 
-def _check_class_names_agree(root: Path, label_column: str | None) -> None:
-    """Refuse a local dataset folder whose Parquet files name their label integers
-    differently: ``datasets`` reads every file with the first one's ClassLabel, so a test
-    file written with ``["b", "a"]`` beside a train file's ``["a", "b"]`` would have every
-    label read as the other class."""
+def _check_class_names_agree(root: Path, spec: SourceSpec) -> None:
+    """Refuse a local dataset folder whose Parquet files, or whose README's declared features,
+    name their label integers differently: ``datasets`` reads every file with one ClassLabel
+    (the README's, else the first file's), so a test file written with ``["b", "a"]`` beside a
+    train file's ``["a", "b"]`` would have every label read as the other class. Only the files
+    of the chosen configuration count (``hub_config``)."""
     import pyarrow.parquet as pq  # a dependency of datasets
 
-    if label_column is None:
+    if spec.label_column is None:
         return
-    first: tuple[Path, list] | None = None
-    for file in sorted(root.rglob("*.parquet")):
-        if any(part.startswith(".") for part in file.relative_to(root).parts):
-            continue  # datasets skips hidden files and folders too
+    try:
+        builder = datasets.load_dataset_builder(str(root), spec.hub_config)
+    except Exception:  # noqa: BLE001 - load_dataset names the problem in its own words
+        return
+    declared = (builder.info.features or {}).get(spec.label_column)
+    named: list[tuple[str, list]] = []
+    if isinstance(declared, datasets.ClassLabel):
+        named.append(("README.md", declared.names))
+    files = {Path(f) for split in (builder.config.data_files or {}).values() for f in split}
+    for file in sorted(f for f in files if f.suffix == ".parquet"):
         try:
             info = json.loads((pq.read_schema(file).metadata or {})[b"huggingface"])
-            feature = info["info"]["features"][label_column]
+            feature = info["info"]["features"][spec.label_column]
         except (OSError, ValueError, KeyError, TypeError):
             continue  # unreadable here: load_dataset names the problem; no ClassLabel: no names
-        if not isinstance(feature, dict) or feature.get("_type") != "ClassLabel":
-            continue
-        names = feature.get("names")
-        if first is None:
-            first = (file, names)
-        elif names != first[1]:
+        if isinstance(feature, dict) and feature.get("_type") == "ClassLabel":
+            named.append((str(file.relative_to(root)), feature.get("names")))
+    for where, names in named[1:]:
+        if names != named[0][1]:
+            first_where, first_names = named[0]
+            pairs = enumerate(zip(names, first_names, strict=False))
+            at = next((i for i, (a, b) in pairs if a != b), min(len(names), len(first_names)))
             raise DataError(
-                f"{root}: {file.name} names its label classes {names}, {first[0].name} "
-                f"{first[1]}; read together, one file's labels would become other classes: "
-                "write every file with the same ClassLabel names in the same order"
+                f"{root}: {where} names its label classes differently from {first_where} "
+                f"(class {at}: {_name_at(names, at)} against {_name_at(first_names, at)}; "
+                f"{len(names)} and {len(first_names)} classes); read together, one file's "
+                "labels would become other classes: write every file, and the README's "
+                "features, with the same ClassLabel names in the same order"
             )
+
+
+def _name_at(names: list, index: int) -> str:
+    return repr(names[index]) if index < len(names) else "none"
 
 
 def _with_unique_ids(
@@ -401,9 +443,10 @@ def _with_unique_ids(
     by id, and an id naming two documents would put either one in the other's split.
 
     An id repeated inside one split gets ``#2``, ``#3``... on its later rows (the lowest that
-    split does not already hold), with a warning; numbered within its split alone, a split's
-    ids stay the same whichever other splits are loaded. Splits that then share ids (a common
-    hub layout: ids restart in every split) get the split's name in front of every id.
+    split does not already hold), with a warning: numbered within its split alone. Splits that
+    then share ids (a common hub layout: ids restart in every split) get the split's name in
+    front of every id, so a source's ids can depend on which of its splits are loaded; the text
+    hashes of a reused split.json refuse any document an id no longer names.
     """
     source_name = {"train": spec.train_split, "val": spec.val_split, "test": spec.test_split}
     for role, dataset in splits.items():

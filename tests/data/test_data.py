@@ -204,8 +204,8 @@ def test_collate_pads_and_masks():
 @pytest.mark.fault(
     "class-folder file that is not valid UTF-8",
     "UTF-16 or UTF-32 by its mark; else the whole file as Windows-1252, or as UTF-8 whose stray "
-    "0x80-0x9F bytes (curly quotes, dashes) read as Windows-1252; a warning, and counted in "
-    "`metrics.json`",
+    "bytes (pasted curly quotes, dashes, a £) read as Windows-1252, whichever its bytes speak "
+    "for; a warning, and counted in `metrics.json`",
 )
 def test_decode_falls_back_to_windows_1252():
     assert decode_text("£5 café".encode()) == ("£5 café", False)
@@ -226,6 +226,8 @@ def test_decode_falls_back_to_windows_1252():
         "l’été\xa0»",
         "“Touché…” dit-il, très",
         "MAÇÃ… IRMÃ’s",
+        "CAFÉ’s café’s",
+        "He said “Touché…” to José’s friend",
     ):
         assert decode_text(legacy.encode("cp1252")) == (legacy, True), legacy
     # UTF-8 of any script with stray Windows-1252 punctuation pasted in: both parts exactly.
@@ -237,6 +239,9 @@ def test_decode_falls_back_to_windows_1252():
         ("Dzień dobry, był ", b"\x93x\x94", "Dzień dobry, był “x”"),
         ("România este o țară frumoasă ", b"\x92", "România este o țară frumoasă ’"),
         ("π r² and 5 μm ", b"\x93x\x94", "π r² and 5 μm “x”"),
+        # A Windows-1252 letter pasted into a word-rich UTF-8 file is outvoted by its words.
+        ("Καλημέρα κόσμε ", b"\xa35", "Καλημέρα κόσμε £5"),
+        ("中文文本分类 ", b"caf\xe9 ok", "中文文本分类 café ok"),
     ):
         assert decode_text(utf8.encode() + stray) == (text, True), text
     # A UTF-8 character cut short is one replacement character, not Windows-1252 letters.
@@ -541,11 +546,39 @@ def test_parquet_files_that_name_their_classes_differently_are_refused(tmp_path)
     _class_label_parquet(root / "data" / "train-0.parquet", rows["text"], rows["label"], names)
     _class_label_parquet(root / "data" / "test-0.parquet", ["e f", "g h"], [0, 1], names[::-1])
     message = one_line_error(source=str(root), val_fraction=0.2)
-    assert message.startswith(f"{root}: train-0.parquet names its label classes {names}")
-    assert f"test-0.parquet {names[::-1]}" in message
+    assert message.startswith(
+        f"{root}: data/train-0.parquet names its label classes differently from "
+        f"data/test-0.parquet (class 0: {names[0]!r} against {names[-1]!r}; 4 and 4 classes)"
+    )
     # The same names in the same order are read, their labels as those names.
     _class_label_parquet(root / "data" / "test-0.parquet", ["e f", "g h"], [0, 1], names)
     assert load_source(SourceSpec(str(root))).splits["test"]["label"] == names[:2]
+    # A README declaring other names would have datasets read both files by them.
+    declared = "\n".join(f"          '{i}': {name}" for i, name in enumerate(names[::-1]))
+    (root / "README.md").write_text(
+        "---\ndataset_info:\n  features:\n  - name: text\n    dtype: string\n  - name: label\n"
+        f"    dtype:\n      class_label:\n        names:\n{declared}\n---\n"
+    )
+    message = one_line_error(source=str(root), val_fraction=0.2)
+    assert "names its label classes differently from README.md" in message
+
+
+def test_only_the_chosen_configurations_class_names_must_agree(tmp_path):
+    # One folder, two configurations with their own classes: each is read on its own.
+    root = tmp_path / "hub"
+    rows = topical_rows(20)
+    for config, names in (("coarse", ["a", "b"]), ("fine", ["x", "y", "z", "w"])):
+        labels = [label % len(names) for label in rows["label"]]
+        for split in ("train", "test"):
+            _class_label_parquet(root / config / f"{split}-0.parquet", rows["text"], labels, names)
+    configs = "".join(
+        f"- config_name: {c}\n  data_files:\n  - split: train\n    path: {c}/train-*\n"
+        f"  - split: test\n    path: {c}/test-*\n"
+        for c in ("coarse", "fine")
+    )
+    (root / "README.md").write_text(f"---\nconfigs:\n{configs}---\n")
+    loaded = load_source(SourceSpec(str(root), hub_config="coarse"))
+    assert set(loaded.splits["train"]["label"]) == {"a", "b"}
 
 
 @pytest.mark.fault(
@@ -623,6 +656,10 @@ def test_a_split_file_reused_on_edited_data_is_refused(tmp_path):
     again = DocDataModule(source=str(path), tokenizer=SMALL_TOKENIZER, split_file=str(split_file))
     again.prepare()
     assert again.splits["test"]["text"] == first.splits["test"]["text"]
+    # A re-save that changed only spacing and line endings keeps the same documents.
+    respaced = {**rows, "text": [f"  {text.replace(' ', '  ')}\r\n" for text in rows["text"]]}
+    datasets.Dataset.from_dict(respaced).to_csv(str(path), index=False)
+    DocDataModule(source=str(path), tokenizer=SMALL_TOKENIZER, split_file=str(split_file)).prepare()
     # One row inserted at the top: every id now names the row that was before it.
     edited = {"text": ["new text", *rows["text"]], "label": [0, *rows["label"]]}
     datasets.Dataset.from_dict(edited).to_csv(str(path), index=False)
