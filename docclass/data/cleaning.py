@@ -6,6 +6,7 @@ held-out splits win, so a training copy of a test text is the one removed.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 
 import datasets
@@ -18,6 +19,17 @@ log = logging.getLogger(__name__)
 def whitespace_key(text: str) -> str:
     """Texts that differ only in whitespace are the same document."""
     return " ".join(text.split())
+
+
+# split.json's key for each named document's text hash (absent from older and hand-made files).
+TEXT_HASHES = "text_sha256"
+
+
+def text_hash(text: str) -> str:
+    """The first 16 hex digits of the SHA-256 of the text's words: enough to tell an edited
+    document, while a re-save that only changed line endings or spacing (the same document to
+    de-duplication) is no edit."""
+    return hashlib.sha256(whitespace_key(text).encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def drop_empty(dataset: datasets.Dataset) -> tuple[datasets.Dataset, int]:

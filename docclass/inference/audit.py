@@ -35,6 +35,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from docclass.data.cleaning import TEXT_HASHES, text_hash
 from docclass.errors import ConfigError, DataError, RunStopped, UserError
 from docclass.files import write_atomically
 from docclass.inference.calibration import calibrate, labelled_logits, write_calibration
@@ -170,6 +171,16 @@ def fit_run(config: str, fit_args: list[str], split: dict[str, list[str]], run_d
     return read_json(metrics)
 
 
+def _with_text_hashes(
+    split: dict[str, list[str]], pool: dict[str, tuple[str, ...]]
+) -> dict[str, Any]:
+    """``split`` with each named document's text hash, as a run's own split.json has: a fold
+    run's child process then refuses data that changed after the audit planned its folds.
+    ``pool``: each id's text first."""
+    ids = [doc_id for name in ("train", "val", "test") for doc_id in split[name]]
+    return {**split, TEXT_HASHES: {doc_id: text_hash(pool[doc_id][0]) for doc_id in ids}}
+
+
 def _ids_only(split: dict[str, Any] | None) -> dict[str, Any] | None:
     """A split.json's ids per split, without the text hashes a run writes beside them."""
     return None if split is None else {name: split.get(name) for name in ("train", "val", "test")}
@@ -280,7 +291,7 @@ def _fold_probabilities(
     figures = []
     for fold, split in enumerate(plan["fold_splits"]):
         run_dir = out / "folds" / f"fold-{fold}"
-        metrics = fit_run(config, fit_args, split, run_dir)
+        metrics = fit_run(config, fit_args, _with_text_hashes(split, pool), run_dir)
         scored, weights = run_dir / OUT_OF_SAMPLE, metrics["test"]["weights"]
         facts = _readable(scored) or {}
         if facts.get("weights") != weights:
@@ -570,11 +581,18 @@ def retrain_without(
     """The config trained on its own split, and again without the flagged documents (from
     train and validation), both scored on the untouched test split."""
     split = {s: list(datamodule.splits[s]["id"]) for s in ("train", "val", "test")}
+    texts = {
+        doc_id: (text,)
+        for s in ("train", "val", "test")
+        for doc_id, text in zip(split[s], datamodule.splits[s]["text"], strict=True)
+    }
     cleaned = {s: [i for i in ids if i not in flagged] if s != "test" else ids
                for s, ids in split.items()}  # fmt: skip
     figures: dict[str, Any] = {"test_documents": len(split["test"])}
     for name, chosen in (("baseline", split), ("cleaned", cleaned)):
-        metrics = fit_run(config, fit_args, chosen, out / "retrain" / name)
+        metrics = fit_run(
+            config, fit_args, _with_text_hashes(chosen, texts), out / "retrain" / name
+        )
         figures[name] = {**_test_scores(metrics), "train_documents": len(chosen["train"])}
         print(f"audit: re-trained ({name}): {figures[name]}", flush=True)
     figures["removed"] = (

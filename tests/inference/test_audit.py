@@ -20,6 +20,7 @@ import pytest
 from helpers import CONFIGS, DOCUMENTS, tiny_classifier
 
 from docclass.cli import main
+from docclass.data.cleaning import TEXT_HASHES, text_hash
 from docclass.data.synthetic import planted_keyword_corpus
 from docclass.errors import ConfigError, DataError
 from docclass.inference import audit
@@ -160,7 +161,9 @@ def test_flagged_words_contrast_the_two_labels_by_each_fold_model_s_default_meth
 
 def test_retraining_drops_the_flagged_documents_and_keeps_the_test_split(tmp_path, monkeypatch):
     splits = {"train": ["a", "b", "c", "d"], "val": ["e", "f"], "test": ["g", "h"]}
-    datamodule = SimpleNamespace(splits={s: {"id": ids} for s, ids in splits.items()})
+    datamodule = SimpleNamespace(
+        splits={s: {"id": ids, "text": [f"text of {i}" for i in ids]} for s, ids in splits.items()}
+    )
     trained = {}
 
     def fit(config, fit_args, split, run_dir):
@@ -173,8 +176,11 @@ def test_retraining_drops_the_flagged_documents_and_keeps_the_test_split(tmp_pat
     monkeypatch.setattr(audit, "fit_run", fit)
     figures = audit.retrain_without(datamodule, {"b", "e"}, tmp_path, "c.yaml", ["--x"])
     cleaned = {"train": ["a", "c", "d"], "val": ["f"], "test": ["g", "h"]}
-    assert trained == {"baseline": ("c.yaml", ["--x"], splits),
-                       "cleaned": ("c.yaml", ["--x"], cleaned)}  # fmt: skip
+    # Each run is asked for its ids, with their texts' hashes for its child process to check.
+    hashes = {i: text_hash(f"text of {i}") for ids in splits.values() for i in ids}
+    kept = {i: hashes[i] for i in hashes if i not in {"b", "e"}}
+    assert trained == {"baseline": ("c.yaml", ["--x"], {**splits, TEXT_HASHES: hashes}),
+                       "cleaned": ("c.yaml", ["--x"], {**cleaned, TEXT_HASHES: kept})}  # fmt: skip
     assert figures["removed"] == 2 and figures["test_documents"] == 2
     assert figures["baseline"] == {"accuracy": 0.5, "macro_f1": 0.4, "documents": 3,
                                    "train_documents": 4}  # fmt: skip
