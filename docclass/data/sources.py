@@ -154,15 +154,24 @@ def _windows_1252_evidence(steps: list[bytes], kinds: list[str]) -> int:
 
 
 def _utf8_evidence(steps: list[bytes], kinds: list[str]) -> int:
-    """Characters Windows-1252 text rarely spells: three or four bytes long, or two bytes beside
-    another multi-byte character. None at all is no evidence: the file is Windows-1252."""
+    """Characters Windows-1252 text rarely spells: three or four bytes long; two bytes beside
+    another multi-byte character; or two bytes right after a lowercase ASCII letter (``niño``:
+    Windows-1252 would spell a capital À-Þ inside a lowercase word; ``ß`` excepted). None at
+    all is no evidence: the file is Windows-1252."""
     wide = [False, *(kind == "character" for kind in kinds), False]
     if not any(wide):
         return 0
+    after_lowercase = [False] + [
+        kind == "ascii" and b"a" <= step[-1:] <= b"z"
+        for kind, step in zip(kinds, steps, strict=True)
+    ]
     return max(
         1,
         sum(
-            kind == "character" and (len(step) > 2 or wide[i] or wide[i + 2])
+            kind == "character"
+            and (
+                len(step) > 2 or wide[i] or wide[i + 2] or (after_lowercase[i] and step[0] != 0xDF)
+            )
             for i, (kind, step) in enumerate(zip(kinds, steps, strict=True))
         ),
     )
@@ -401,9 +410,11 @@ def _check_class_names_agree(root: Path, spec: SourceSpec) -> None:
 
     if spec.label_column is None:
         return
+    root = root.resolve()  # the builder lists its files by absolute path
     try:
         builder = datasets.load_dataset_builder(str(root), spec.hub_config)
-    except Exception:  # noqa: BLE001 - load_dataset names the problem in its own words
+    except Exception as error:  # noqa: BLE001 - load_dataset names the problem in its own words
+        log.debug("%s: class names not compared (%s)", root, error)
         return
     declared = (builder.info.features or {}).get(spec.label_column)
     named: list[tuple[str, list]] = []

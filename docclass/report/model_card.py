@@ -43,6 +43,15 @@ def _prose(value: Any, quote: bool = False) -> str:
     return html.escape(escaped, quote=quote).replace("\n", " ")
 
 
+def _code(value: Any) -> str:
+    """A Markdown code span showing the value as written: its content is never markup, so
+    nothing is escaped inside; the fence is one backtick longer than any run in the value."""
+    text = str(value).replace("\n", " ")
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def _yaml_string(value: Any) -> str:
     # JSON strings are YAML strings: quotes and backslashes escaped, no tag or anchor parsed.
     return json.dumps(str(value))
@@ -212,7 +221,7 @@ def _limits_section(facts: dict[str, Any]) -> list[str]:
 
 def _split_sentence(split: dict[str, Any]) -> str:
     if split.get("split_file"):
-        return f"The split was read from `{_cell(split['split_file'])}`."
+        return f"The split was read from {_code(split['split_file'])}."
     if split.get("val_split"):
         return "Validation and test are the source's own splits."
     if split.get("split_seed") is None:
@@ -237,7 +246,7 @@ def model_card(facts: dict[str, Any]) -> str:
     lines.append(
         f"A document classifier trained with docclass {_prose(facts.get('docclass_version', ''))}: "
         + (
-            f"the pre-trained encoder `{_cell(origin)}`"
+            f"the pre-trained encoder {_code(origin)}"
             if origin
             else "self-attention blocks trained from scratch"
         )

@@ -242,6 +242,9 @@ def test_decode_falls_back_to_windows_1252():
         # A Windows-1252 letter pasted into a word-rich UTF-8 file is outvoted by its words.
         ("Καλημέρα κόσμε ", b"\xa35", "Καλημέρα κόσμε £5"),
         ("中文文本分类 ", b"caf\xe9 ok", "中文文本分类 café ok"),
+        # ... and so is a symbol pasted into Latin text whose accented letters follow lowercase.
+        ("El niño tenía 20", b"\xb0" + " en España".encode(), "El niño tenía 20° en España"),
+        ("Le café est très bon. Prix", b"\xa0: 5", "Le café est très bon. Prix\xa0: 5"),
     ):
         assert decode_text(utf8.encode() + stray) == (text, True), text
     # A UTF-8 character cut short is one replacement character, not Windows-1252 letters.
@@ -561,6 +564,16 @@ def test_parquet_files_that_name_their_classes_differently_are_refused(tmp_path)
     )
     message = one_line_error(source=str(root), val_fraction=0.2)
     assert "names its label classes differently from README.md" in message
+
+
+def test_a_dataset_folder_named_by_a_relative_path_is_read(tmp_path, monkeypatch):
+    rows = topical_rows(20)
+    for split in ("train", "test"):
+        path = tmp_path / "hub" / "data" / f"{split}-0.parquet"
+        _class_label_parquet(path, rows["text"], rows["label"], AG_NEWS_CLASSES)
+    monkeypatch.chdir(tmp_path)
+    loaded = load_source(SourceSpec("hub"))
+    assert loaded.splits["test"]["label"] == [AG_NEWS_CLASSES[i] for i in rows["label"]]
 
 
 def test_only_the_chosen_configurations_class_names_must_agree(tmp_path):

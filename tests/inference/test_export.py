@@ -167,10 +167,11 @@ def test_card_values_are_never_markdown_links_or_code():
     card = model_card(
         {
             "name": "n",
-            "labels": [link, tick, "*bold*", "under_score"],
+            "labels": [link, tick, "*bold*", "_under_"],
             "max_tokens": 512,
+            "started_from": "owner/bert_uncased_L-2 `x`",
             "data": {"source": link, "train_documents": 3},
-            "split": {"split_seed": 0},
+            "split": {"split_seed": 0, "split_file": "reports/my_run/split.json"},
             "test": {"accuracy": 0.9, "macro_f1": 0.9, "per_class_f1": [0.9] * 4},
             "default_method": {"reason": link},
         }
@@ -179,7 +180,10 @@ def test_card_values_are_never_markdown_links_or_code():
     assert "evil.example" in page and 'href="https://evil' not in page
     assert "<b>" not in page and "<em>bold</em>" not in page
     assert page.count("[docs](https://evil.example)") >= 3  # the label, the source, the reason
-    assert "*bold*" in page and "under_score" in page and "a` &lt;b&gt;x&lt;/b&gt; `b" in page
+    assert "*bold*" in page and "_under_" in page and "a` &lt;b&gt;x&lt;/b&gt; `b" in page
+    # Names in code spans are shown as written, backslash-free.
+    assert "<code>reports/my_run/split.json</code>" in page
+    assert "<code>owner/bert_uncased_L-2 `x`</code>" in page
 
 
 def test_the_runs_figures_name_the_weights_they_were_measured_on(fitted, ckpt):
