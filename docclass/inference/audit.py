@@ -171,14 +171,11 @@ def fit_run(config: str, fit_args: list[str], split: dict[str, list[str]], run_d
     return read_json(metrics)
 
 
-def _with_text_hashes(
-    split: dict[str, list[str]], pool: dict[str, tuple[str, ...]]
-) -> dict[str, Any]:
+def _with_text_hashes(split: dict[str, list[str]], texts: dict[str, str]) -> dict[str, Any]:
     """``split`` with each named document's text hash, as a run's own split.json has: a fold
-    run's child process then refuses data that changed after the audit planned its folds.
-    ``pool``: each id's text first."""
+    run's child process then refuses data that changed after the audit planned its folds."""
     ids = [doc_id for name in ("train", "val", "test") for doc_id in split[name]]
-    return {**split, TEXT_HASHES: {doc_id: text_hash(pool[doc_id][0]) for doc_id in ids}}
+    return {**split, TEXT_HASHES: {doc_id: text_hash(texts[doc_id]) for doc_id in ids}}
 
 
 def _ids_only(split: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -289,9 +286,10 @@ def _fold_probabilities(
     test figures. ``pool``: each audited id's text and given label."""
     by_id: dict[str, tuple[int, list[float]]] = {}
     figures = []
+    texts = {doc_id: text for doc_id, (text, _) in pool.items()}
     for fold, split in enumerate(plan["fold_splits"]):
         run_dir = out / "folds" / f"fold-{fold}"
-        metrics = fit_run(config, fit_args, _with_text_hashes(split, pool), run_dir)
+        metrics = fit_run(config, fit_args, _with_text_hashes(split, texts), run_dir)
         scored, weights = run_dir / OUT_OF_SAMPLE, metrics["test"]["weights"]
         facts = _readable(scored) or {}
         if facts.get("weights") != weights:
@@ -582,7 +580,7 @@ def retrain_without(
     train and validation), both scored on the untouched test split."""
     split = {s: list(datamodule.splits[s]["id"]) for s in ("train", "val", "test")}
     texts = {
-        doc_id: (text,)
+        doc_id: text
         for s in ("train", "val", "test")
         for doc_id, text in zip(split[s], datamodule.splits[s]["text"], strict=True)
     }
