@@ -14,6 +14,7 @@ Every problem a user can fix is raised as :class:`DataError` with one line sayin
 
 from __future__ import annotations
 
+import codecs
 import collections
 import importlib.util
 import itertools
@@ -21,6 +22,7 @@ import json
 import logging
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,18 +117,38 @@ def decode_text(raw: bytes) -> tuple[str, bool]:
         pass
     utf8_mark = raw.startswith(b"\xef\xbb\xbf")
     body = raw.removeprefix(b"\xef\xbb\xbf")
-    steps = _UTF8_STEP.findall(body)
-    kinds = [_step_kind(step, at_end=i == len(steps) - 1) for i, step in enumerate(steps)]
-    if not utf8_mark and _windows_1252_evidence(steps, kinds) >= _utf8_evidence(steps, kinds):
+    windows_1252_votes, utf8_votes = _votes(body)
+    if not utf8_mark and windows_1252_votes >= utf8_votes:
         return body.decode("cp1252", errors="replace"), True
-    parts = {
-        "ascii": lambda step: step.decode("ascii"),
-        "character": lambda step: step.decode("utf-8"),
-        "cut": lambda step: "\ufffd",
-        "cut_inside": lambda step: "\ufffd",
-        "stray": lambda step: step.decode("cp1252", errors="replace"),
-    }
-    return "".join(parts[kind](step) for kind, step in zip(kinds, steps, strict=True)), True
+    return body.decode("utf-8", errors=STRAYS_AS_WINDOWS_1252), True
+
+
+def _strays_as_windows_1252(error: UnicodeError) -> tuple[str, int]:
+    """The UTF-8 decoder's error handler for a file read as UTF-8 with strays: Python reports
+    each maximal bad stretch, so a lead byte with part of its character (or a lone lead byte at
+    the very end) is a character cut short, U+FFFD; any other single byte is Windows-1252."""
+    if not isinstance(error, UnicodeDecodeError):
+        raise error
+    bad = error.object[error.start : error.end]
+    at_end = error.end == len(error.object)
+    if len(bad) > 1 or (at_end and 0xC2 <= bad[0] <= 0xF4):
+        return "\ufffd", error.end
+    return bytes(bad).decode("cp1252", errors="replace"), error.end
+
+
+STRAYS_AS_WINDOWS_1252 = "docclass-strays-as-windows-1252"
+codecs.register_error(STRAYS_AS_WINDOWS_1252, _strays_as_windows_1252)
+
+
+def _steps(body: bytes) -> Iterator[tuple[str, bytes]]:
+    """``(kind, step)`` of each step of a UTF-8 reading, one at a time: a large file is never
+    held as millions of small pieces."""
+    matches = _UTF8_STEP.finditer(body)
+    current = next(matches, None)
+    while current is not None:
+        following = next(matches, None)
+        yield _step_kind(current.group(), at_end=following is None), current.group()
+        current = following
 
 
 def _step_kind(step: bytes, at_end: bool) -> str:
@@ -144,37 +166,31 @@ def _step_kind(step: bytes, at_end: bool) -> str:
     return "cut" if at_end and 0xC2 <= step[0] <= 0xF4 else "stray"
 
 
-def _windows_1252_evidence(steps: list[bytes], kinds: list[str]) -> int:
-    """Bytes a UTF-8 file does not have: a letter of 0xA0-0xFF alone, or one whose next bytes
-    start a character it does not finish."""
-    return sum(
-        (kind == "stray" and step[0] >= 0xA0) or kind == "cut_inside"
-        for kind, step in zip(kinds, steps, strict=True)
-    )
-
-
-def _utf8_evidence(steps: list[bytes], kinds: list[str]) -> int:
-    """Characters Windows-1252 text rarely spells: three or four bytes long; two bytes beside
-    another multi-byte character; or two bytes right after a lowercase ASCII letter (``niño``:
-    Windows-1252 would spell a capital À-Þ inside a lowercase word; ``ß`` excepted). None at
-    all is no evidence: the file is Windows-1252."""
-    wide = [False, *(kind == "character" for kind in kinds), False]
-    if not any(wide):
-        return 0
-    after_lowercase = [False] + [
-        kind == "ascii" and b"a" <= step[-1:] <= b"z"
-        for kind, step in zip(kinds, steps, strict=True)
-    ]
-    return max(
-        1,
-        sum(
-            kind == "character"
-            and (
-                len(step) > 2 or wide[i] or wide[i + 2] or (after_lowercase[i] and step[0] != 0xDF)
+def _votes(body: bytes) -> tuple[int, int]:
+    """``(Windows-1252 votes, UTF-8 votes)``. For Windows-1252: bytes a UTF-8 file does not
+    have, a letter of 0xA0-0xFF alone or one whose next bytes start a character it does not
+    finish. For UTF-8: characters Windows-1252 text rarely spells, three or four bytes long, two
+    bytes beside another multi-byte character, or two bytes right after a lowercase ASCII letter
+    (``niño``: Windows-1252 would spell a capital À-Þ inside a lowercase word; ``ß`` excepted).
+    A file with any UTF-8 character has at least one UTF-8 vote; one with none has none."""
+    windows_1252 = utf8 = 0
+    any_character = False
+    padded = itertools.chain([("", b"")], _steps(body), [("", b"")])
+    before, current = next(padded), next(padded)
+    for after in padded:
+        kind, step = current
+        if (kind == "stray" and step[0] >= 0xA0) or kind == "cut_inside":
+            windows_1252 += 1
+        elif kind == "character":
+            any_character = True
+            after_lowercase = before[0] == "ascii" and b"a" <= before[1][-1:] <= b"z"
+            utf8 += (
+                len(step) > 2
+                or "character" in (before[0], after[0])
+                or (after_lowercase and step[0] != 0xDF)
             )
-            for i, (kind, step) in enumerate(zip(kinds, steps, strict=True))
-        ),
-    )
+        before, current = current, after
+    return windows_1252, max(1, utf8) if any_character else 0
 
 
 # Folders that tools put beside real ones (macOS archives, Python caches): never a class.
