@@ -33,7 +33,10 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 def run_dir_of(ckpt: str | Path) -> Path | None:
     """The training run's folder for a checkpoint saved as ``<run>/checkpoints/<name>.ckpt``."""
-    path = Path(ckpt).resolve()
+    # Expanded as the loader expands it (``resolve_model``): a ``~`` the shell left alone
+    # (``--ckpt=~/…``, a YAML config, the Python API) loaded the weights but found no run, so
+    # they were used uncalibrated and with the unmeasured default method, without a word.
+    path = Path(ckpt).expanduser().resolve()
     if not path.is_file():
         return None
     return path.parent.parent if path.parent.name == "checkpoints" else None

@@ -102,6 +102,22 @@ def test_predict_divides_the_logits_by_the_temperature_and_keeps_the_raw_ones(ck
         assert scaled["label"] == plain["label"]
 
 
+def test_a_checkpoint_named_from_the_home_folder_keeps_its_run_s_facts(
+    fitted, ckpt, calibration, tmp_path, monkeypatch
+):
+    """``~`` as the shell leaves it in ``--ckpt=~/…`` or a config: the same model as the
+    expanded path, calibrated, with the same default method, and the same exported facts."""
+    monkeypatch.setenv("HOME", str(fitted.parent))
+    tilde = f"~/{fitted.name}/checkpoints/last.ckpt"
+    named, plain = DocClassifier.load(tilde, "cpu"), DocClassifier.load(ckpt, "cpu")
+    assert named.temperature == plain.temperature == calibration["temperature"] != 1
+    assert named.default_method == plain.default_method
+    assert named.predict(TEXTS) == plain.predict(TEXTS)
+    main(["export", "--ckpt", tilde, "--out", str(tmp_path / "model")])
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert config["calibration"]["temperature"] == calibration["temperature"]
+
+
 def test_other_weights_of_the_run_are_not_given_its_temperature(fitted, tmp_path, calibration):
     run = tmp_path / "run"
     write_run(fitted, run, {"someone else's": calibration})
