@@ -249,7 +249,19 @@ def _row_document(
             doc_id,
             error=f"no {text_column!r} value (columns: {list(columns or [])}); set --text-column",
         )
-    return InputDocument(doc_id, text=str(value))
+    if isinstance(value, str):
+        return InputDocument(doc_id, text=value)
+    if isinstance(value, bytes | bytearray):
+        # A Parquet binary column (as Spark and other writers leave text): decoded as a file
+        # is, where str() made every row "b'Caf\\xc3\\xa9 …'" and classified that.
+        text, error, warning = decode_document(bytes(value))
+        return InputDocument(doc_id, text, error, warning)
+    # A number, list or object is not a document; str() classified its Python spelling.
+    return InputDocument(
+        doc_id,
+        error=f"the {text_column!r} value is a {type(value).__name__}, not text; write the "
+        "document's text as a string",
+    )
 
 
 def expand_argument(argument: str) -> Iterator[Path | InputDocument]:

@@ -369,6 +369,31 @@ def test_tables_with_a_byte_order_mark_or_bad_bytes_keep_ids_and_say_so(tmp_path
 
 
 @pytest.mark.fault(
+    "classify: a table whose text column holds bytes (a Parquet binary column), a number, a "
+    "list or an object",
+    "bytes decoded as a file is (Windows-1252 with a `warning`); anything else an error row "
+    "naming the column, never its Python spelling classified",
+)
+def test_a_text_cell_that_is_not_a_string_is_decoded_or_refused_never_spelled(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    binary, jsonl = tmp_path / "spark.parquet", tmp_path / "rows.jsonl"
+    texts = ["Café prices rose".encode(), "Caf\xe9 \xa35m".encode("latin-1")]
+    pq.write_table(pa.table({"id": ["P-1", "P-2"], "text": pa.array(texts, pa.binary())}), binary)
+    cells = [12345, ["Shares", "rose"], {"text": "nested"}, True, "plain"]
+    jsonl.write_text("".join(json.dumps({"id": f"J-{n}", "text": c}) + "\n"
+                             for n, c in enumerate(cells)))  # fmt: skip
+    rows = list(read_inputs([str(binary), str(jsonl)]))
+    assert [r.id for r in rows] == ["P-1", "P-2", "J-0", "J-1", "J-2", "J-3", "J-4"]
+    assert rows[0].text == "Café prices rose" and not rows[0].warning and not rows[0].error
+    assert rows[1].text == "Café £5m" and rows[1].warning == NOT_UTF8
+    for row, kind in zip(rows[2:6], ["int", "list", "dict", "bool"], strict=True):
+        assert row.text is None and f"'text' value is a {kind}, not text" in row.error
+    assert rows[6].text == "plain" and rows[6].error is None
+
+
+@pytest.mark.fault(
     "classify: a recursive pattern (`data/**`) that matches a folder and the files in it",
     "each file read once",
 )
