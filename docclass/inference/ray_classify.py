@@ -430,6 +430,8 @@ class ShardClassifier:
                 f"{ckpt}: its calibration temperature changed since the run was planned "
                 "(calibrated again); rows of one run must share it: start a new --out"
             )
+        if top_words and method is None:
+            raise ValueError("a worker writes the plan's word-score method: pass it")
         self.calibrated, self.min_probability = calibrated, min_probability
         self.out, self.digest = Path(out), digest
         self.text_column, self.batch_size = text_column, batch_size
@@ -580,7 +582,10 @@ def classify_on_ray(
             "ckpt": str(ckpt), "out": str(out_dir.resolve()), "cwd": plan["cwd"],
             "device": settings["device"], "threads": cpus_per_worker,
             "text_column": text_column, "batch_size": batch_size, "top_words": top_words,
-            "method": method, "digest": plan_hash(plan), "weights": settings["weights"],
+            # The plan's method, not --method: left None, each worker chose the default again
+            # from whatever report/ it saw then, and one run could write two methods' rows.
+            "method": settings["method"], "digest": plan_hash(plan),
+            "weights": settings["weights"],
             "calibrated": calibrated, "temperature": settings["temperature"],
             "min_probability": min_probability,
         }  # fmt: skip

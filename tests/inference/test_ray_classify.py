@@ -37,6 +37,7 @@ from docclass.inference.ray_classify import (
     _only_run,
     _stopped,
     build_plan,
+    classify_on_ray,
     open_run_folder,
     part_name,
     plan_hash,
@@ -218,6 +219,43 @@ def worker_side_effects(monkeypatch):
     monkeypatch.chdir(os.getcwd())
     yield
     torch.set_num_threads(threads)
+
+
+def test_workers_write_the_plan_s_method_whatever_the_report_says_later(
+    tmp_path, fitted, monkeypatch, worker_side_effects
+):
+    """The driver hands the workers the method its plan records; a report written for other
+    weights while the run goes on (or none on a worker's node) changes nothing. Ray itself is
+    stood in for by the same worker built in this process."""
+    import shutil
+
+    from docclass.inference import ray_classify
+
+    run = tmp_path / "run"
+    shutil.copytree(fitted, run)
+    ckpt, report = run / "checkpoints" / "last.ckpt", run / "report" / "report.json"
+    default = DocClassifier.load(ckpt, "cpu").default_method
+    document = tmp_path / "a.txt"
+    document.write_text("Shares rose after profits beat forecasts at the bank.")
+    handed = {}
+
+    def in_this_process(plan, todo, worker, *_):
+        report.write_text(json.dumps({**json.loads(report.read_text()), "weights": "another"}))
+        handed.update(worker)
+        shard_classifier = ShardClassifier(**worker)
+        for index in todo:
+            shard_classifier({"index": [index], "shard": [json.dumps(plan["shards"][index])]})
+        return {}
+
+    monkeypatch.setattr(ray_classify, "_run_shards", in_this_process)
+    out = tmp_path / "parts"
+    classify_on_ray(str(ckpt), [str(document)], str(out), top_words=2)
+    assert json.loads((out / PLAN_FILE).read_text())["settings"]["method"] == default
+    assert DocClassifier.load(ckpt, "cpu").default_method != default  # the default moved
+    [row] = pq.read_table(out / part_name(0)).to_pylist()
+    assert row["method"] == default and row["top_words"]
+    with pytest.raises(ValueError, match="plan's word-score method"):
+        ShardClassifier(**{**handed, "method": None})
 
 
 def docclass_weights(ckpt) -> str:
