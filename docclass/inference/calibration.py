@@ -34,7 +34,7 @@ from docclass.errors import CheckpointError, DataError
 from docclass.files import write_atomically
 from docclass.inference.model_facts import CALIBRATION_FILE, read_json, run_dir_of
 from docclass.inference.reporting import CONFIG_SUFFIXES, Documents, documents_from_datamodule
-from docclass.interpret.inputs import encode_documents, forward_batches
+from docclass.interpret.inputs import encode_documents, float32_model, forward_batches
 from docclass.train.lightning_cli import datamodule_from_config
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,10 @@ def labelled_logits(
             f"{documents.description}: labels {unknown[:5]} are not among the model's "
             f"({', '.join(classifier.label_names)}); calibrate on the data it was trained on"
         )
-    model = classifier.model.to(device).eval()
+    # In float32, as every reader of the temperature runs the model (predict, classify, serve,
+    # the report): fit's own bf16-true weights would otherwise fit a temperature to bf16 logits
+    # that no later run of the same weights produces.
+    model = float32_model(classifier.model.to(device).eval())
     encoded = encode_documents(classifier.tokenizer, documents.texts, classifier.max_tokens)
     rows: dict[int, torch.Tensor] = {}
     for indices, out in forward_batches(model, encoded, batch_size, device):

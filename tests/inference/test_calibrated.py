@@ -84,6 +84,22 @@ def test_the_temperature_is_the_validation_likelihoods_best(fitted, ckpt, calibr
     assert nll(temperature) < min(nll(temperature * 1.05), nll(temperature / 1.05))
 
 
+def test_bf16_weights_are_calibrated_on_the_float32_logits_every_reader_computes(ckpt):
+    """fit calibrates its live model, bf16 under ``bf16-true``; predict, classify and serve
+    run those weights in float32, so the temperature is fitted on float32 logits."""
+    import copy
+    import dataclasses
+
+    trained = DocClassifier.load(ckpt, "cpu").trained
+    bf16 = copy.deepcopy(trained.model).to(torch.bfloat16)
+    as_read = copy.deepcopy(bf16).float()  # the same bf16-rounded weights, as a reader has them
+    validation = load_documents(str(CONFIGS / "tiny.yaml"), str(ckpt), "val")
+    logits, labels = labelled_logits(dataclasses.replace(trained, model=bf16), validation)
+    expected, same = labelled_logits(dataclasses.replace(trained, model=as_read), validation)
+    assert torch.equal(labels, same) and logits.dtype == torch.float32
+    torch.testing.assert_close(logits, expected, rtol=0, atol=1e-6)
+
+
 def test_predict_divides_the_logits_by_the_temperature_and_keeps_the_raw_ones(ckpt, calibration):
     classifier = DocClassifier.load(ckpt, "cpu")
     assert classifier.calibrated and classifier.temperature == calibration["temperature"] != 1
