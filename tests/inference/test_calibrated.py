@@ -274,35 +274,48 @@ def test_the_report_shows_the_calibrated_probabilities_and_the_reliability_diagr
     assert checked > 100
 
 
-def test_thresholds_are_chosen_on_validation_and_scored_on_test(fitted, ckpt, calibration):
-    """The stored acceptance figures, recomputed here through ``predict``; where no threshold
-    was stored (the tiny model reaches neither target), a brute-force search over every
-    threshold the validation split offers confirms that none reaches it."""
+def test_thresholds_are_chosen_on_validation_and_scored_on_test(
+    fitted, ckpt, calibration, monkeypatch
+):
+    """The acceptance figures, recomputed here through ``predict`` on each split: the fit's
+    stored ones (the tiny model reaches neither 95 % nor 99 %: a brute-force search over every
+    threshold the validation split offers confirms that none reaches it), and those of targets
+    it reaches, whose thresholds must be scored on the test split's own documents."""
+    import docclass.inference.calibration as calibration_module
     from docclass.calibration import accepted_at, least_documents
 
     classifier = DocClassifier.load(ckpt, "cpu")
     assert set(calibration["abstention"]) == {"0.95", "0.99"}
-    for split, name in (("val", "validation"), ("test", "test")):
-        documents = load_documents(str(CONFIGS / "tiny.yaml"), str(ckpt), split)
+    splits = {
+        name: load_documents(str(CONFIGS / "tiny.yaml"), str(ckpt), split)
+        for split, name in (("val", "validation"), ("test", "test"))
+    }
+    monkeypatch.setattr(calibration_module, "PRECISION_TARGETS", (0.2, 0.4))
+    reachable = calibrate(classifier.trained, splits["validation"], splits["test"])
+    assert reachable["temperature"] == classifier.temperature
+    assert all(chosen["threshold"] is not None for chosen in reachable["abstention"].values())
+    for name, documents in splits.items():
         results = classifier.predict(documents.texts)
         probs = torch.tensor([[r["probs"][n] for n in classifier.labels] for r in results])
         labels = torch.tensor([classifier.labels.index(label) for label in documents.labels])
         scores = [r["score"] for r in results]
         right = [r["label"] == label for r, label in zip(results, documents.labels, strict=True)]
-        for target, chosen in calibration["abstention"].items():
-            threshold, target = chosen["threshold"], float(target)
-            assert chosen[name] == accepted_at(probs, labels, threshold)
-            if threshold is not None:
-                accepted = [i for i, s in enumerate(scores) if s >= threshold]
-                precision = sum(right[i] for i in accepted) / len(accepted)
-                assert chosen[name]["precision"] == pytest.approx(precision, abs=1e-6)
-                if name == "validation":
-                    assert precision >= target and len(accepted) >= least_documents(target)
-            elif name == "validation":
-                for cut in set(scores):
-                    accepted = [i for i, s in enumerate(scores) if s >= cut]
-                    if len(accepted) >= least_documents(target):
-                        assert sum(right[i] for i in accepted) < target * len(accepted)
+        for facts in (calibration, reachable):
+            for target, chosen in facts["abstention"].items():
+                threshold, target = chosen["threshold"], float(target)
+                assert chosen[name] == accepted_at(probs, labels, threshold)
+                if threshold is not None:
+                    accepted = [i for i, s in enumerate(scores) if s >= threshold]
+                    assert chosen[name]["documents"] == len(accepted) > 0
+                    precision = sum(right[i] for i in accepted) / len(accepted)
+                    assert chosen[name]["precision"] == pytest.approx(precision, abs=1e-6)
+                    if name == "validation":
+                        assert precision >= target and len(accepted) >= least_documents(target)
+                elif name == "validation":
+                    for cut in set(scores):
+                        accepted = [i for i, s in enumerate(scores) if s >= cut]
+                        if len(accepted) >= least_documents(target):
+                            assert sum(right[i] for i in accepted) < target * len(accepted)
     curve = calibration["test"]["risk_coverage"]
     assert curve[-1]["coverage"] == 1.0
     assert curve[-1]["risk"] == pytest.approx(1 - calibration["test"]["after"]["accuracy"])
