@@ -42,6 +42,7 @@ import sys
 import threading
 import time
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import litserve
 from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
@@ -264,6 +265,59 @@ class JsonBodies:
         await self.app(scope, receive, send)
 
 
+# The names a request to a server on this machine's loopback interface may give as its Host.
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (the interface the server listens on) is reachable from this machine
+    only."""
+    return host in LOOPBACK_NAMES or host.startswith("127.")
+
+
+class RefuseWebPages:
+    """ASGI middleware: 403 for requests a web page made, which no client of this API is.
+
+    - A request with an ``Origin`` header comes from a browser page. A page of another site may
+      post to a local server without asking first (a "simple" request, which
+      :class:`JsonBodies` would read as JSON): it is refused unless its origin is the server
+      itself (this server serves no pages, so in practice always).
+    - On a loopback interface, a ``Host`` that is not a loopback name means a name resolved
+      to 127.0.0.1 by someone else's DNS ("DNS rebinding"), through which a page could read the
+      answers and /info. Open to the network (``--host 0.0.0.0``), clients may use any name.
+    """
+
+    def __init__(self, app, loopback: bool) -> None:
+        self.app, self.loopback = app, loopback
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope.get("type") == "http":
+            headers = {k.lower(): v.decode("latin-1") for k, v in scope["headers"]}
+            reason = self._refusal(headers.get(b"host"), headers.get(b"origin"))
+            if reason is not None:
+                from starlette.responses import JSONResponse
+
+                answer = JSONResponse(status_code=403, content={"error": reason})
+                await answer(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _refusal(self, host: str | None, origin: str | None) -> str | None:
+        if self.loopback and host is not None:
+            name = urlsplit(f"//{host}").hostname or ""
+            if not is_loopback(name):
+                return (
+                    f"Host {host!r} is not this machine's loopback name; call the server as "
+                    "127.0.0.1 or localhost (or start it with --host 0.0.0.0 to serve by name)"
+                )
+        if origin is not None and urlsplit(origin).netloc != (host or ""):
+            return (
+                f"requests from web pages (Origin {origin!r}) are refused; call the API from a "
+                "program, which sends no Origin header"
+            )
+        return None
+
+
 def _install_error_handlers(app) -> None:
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
@@ -474,7 +528,7 @@ def _check_options(port: int, batch_timeout: float, timeout: float) -> None:
 def _check_listen(host: str, port: int) -> None:
     """One line for a busy port; a warning when the server is open to the network."""
     check_port_free(host, port)
-    if host != "127.0.0.1":
+    if not is_loopback(host):
         logger.warning(
             "serving on %s: reachable from other machines; there is no authentication", host
         )
@@ -551,4 +605,5 @@ def serve(
     # default is 30 s), so each ends with its answer or its 504, never a dropped connection.
     server.uvicorn_graceful_timeout = timeout
     _install_error_handlers(server.app)
+    server.app.add_middleware(RefuseWebPages, loopback=is_loopback(host))
     _run_until_stopped(server, host, port, log_level)

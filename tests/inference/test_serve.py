@@ -305,6 +305,51 @@ def test_oversized_body_gets_413_and_the_server_keeps_serving(server):
     assert status == 200 and body["results"][0]["label"]
 
 
+@pytest.mark.fault(
+    "server: a request a web page made (an `Origin` header: a page of another site posting "
+    "text/plain, which needs no CORS preflight), or one naming the server by another host "
+    "name (DNS rebinding)",
+    "403 with a one-line reason, nothing classified; programs (no Origin, Host 127.0.0.1 or "
+    "localhost) are served",
+)
+def test_requests_from_web_pages_and_rebound_names_are_refused(server):
+    body = json.dumps({"texts": TEXTS[:1]}).encode()
+    here = f"127.0.0.1:{server}"
+    for headers, refused in [
+        ({"content-type": "text/plain", "origin": "https://evil.example"}, "Origin"),
+        ({"origin": "null"}, "Origin"),
+        ({"host": f"rebound.evil.example:{server}"}, "loopback name"),
+        ({"host": f"rebound.evil.example:{server}", "origin": f"http://rebound.evil.example:{server}"},
+         "loopback name"),
+    ]:  # fmt: skip
+        status, answer = request(server, "POST", "/predict", body, headers)
+        assert status == 403 and refused in answer["error"] and "\n" not in answer["error"]
+        assert request(server, "GET", "/info", None, headers)[0] == 403
+    for host in (here, f"localhost:{server}", f"[::1]:{server}"):
+        assert request(server, "POST", "/predict", body, {"host": host})[0] == 200, host
+    # A browser's same-origin request names the server itself: served.
+    assert request(server, "POST", "/predict", body, {"origin": f"http://{here}"})[0] == 200
+
+
+def test_a_server_open_to_the_network_serves_any_host_name_but_no_web_page():
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+    from starlette.testclient import TestClient
+
+    from docclass.inference.serve import RefuseWebPages
+
+    async def answer(request):
+        return JSONResponse({"ok": True})
+
+    app = Starlette(routes=[Route("/predict", answer, methods=["POST"])])
+    app.add_middleware(RefuseWebPages, loopback=False)
+    client = TestClient(app)
+    assert client.post("/predict", headers={"host": "models.example:8000"}).status_code == 200
+    refused = client.post("/predict", headers={"host": "models.example", "origin": "https://x.org"})
+    assert refused.status_code == 403
+
+
 def _other_addresses() -> set[str]:
     """Addresses of this machine other than 127.0.0.1.
 
