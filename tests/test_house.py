@@ -30,6 +30,7 @@ NN_MAY_IMPORT = {"__future__", "math", "dataclasses", "typing", "collections", "
 # The renderer reads records: these are all of docclass it may see.
 REPORT_MAY_IMPORT = {
     "docclass.errors",
+    "docclass.files",  # pages written whole or not at all (standard library only)
     "docclass.metrics",
     "docclass.interpret.records",
     "docclass.interpret.default_method",

@@ -59,6 +59,8 @@ CSV_FIELDS = (
     "rank", "id", "split", "given_label", "suggested_label", "score",
     "p_given", "p_suggested", "fold",
 )  # fmt: skip
+# A CSV cell starting with one of these runs as a formula in a spreadsheet (CSV injection).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 # The last rule is cleanlab's calibrated estimate of how many labels are wrong, taken in order of
 # the given label's probability (the pairing cleanlab.count.num_label_issues documents): the four
 # before it choose per pair of classes, and so flag documents that sit between two classes as
@@ -158,6 +160,17 @@ def fit_run(config: str, fit_args: list[str], split: dict[str, list[str]], run_d
             f"{run_dir}: was trained on another split (another plan, --filter_by or "
             "--with_audits), or its "
             "split is unknown; delete that folder to train it again"
+        )
+    if (
+        not (metrics.is_file() or asked.is_file())
+        and (run_dir / "checkpoints" / "last.ckpt").is_file()
+    ):
+        # _fit_command would resume from it, and nothing says which documents it trained on:
+        # it may have seen the fold's held-out ones.
+        raise ConfigError(
+            f"{run_dir}: holds checkpoints/last.ckpt but neither metrics.json nor "
+            f"{REQUESTED_SPLIT}, so the split it trained on is unknown; delete that folder to "
+            "train it again"
         )
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json_file(asked, split)
@@ -495,18 +508,27 @@ def _flagged_entries(
     return entries
 
 
+def _spreadsheet_safe(cell: str) -> str:
+    """``cell`` with a ``'`` before it when a spreadsheet would run it as a formula."""
+    return f"'{cell}" if cell.startswith(FORMULA_STARTS) else cell
+
+
 def write_audit_csv(entries: list[dict[str, Any]], path: Path) -> None:
     """One row per flagged document: ``score`` is the out-of-sample probability of the given
-    label (cleanlab's self-confidence: lower, more likely wrong)."""
+    label (cleanlab's self-confidence: lower, more likely wrong).
+
+    An id, split or label that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage
+    return is written with a ``'`` before it, so that a spreadsheet opening the file shows it
+    as text instead of running it as a formula; ``audit.json`` and the page keep it as given.
+    Strip that one leading ``'`` to match such a row to its document."""
     table = io.StringIO(newline="")
     writer = csv.writer(table)
     writer.writerow(CSV_FIELDS)
     for e in entries:
+        texts = [_spreadsheet_safe(str(e[key])) for key in ("id", "split", "given", "suggested")]
         writer.writerow(
-            [
-                e["rank"], e["id"], e["split"], e["given"], e["suggested"], e["score"],
-                round(e["p_given"], 6), round(e["p_suggested"], 6), e["fold"],
-            ]
+            [e["rank"], *texts, e["score"], round(e["p_given"], 6), round(e["p_suggested"], 6),
+             e["fold"]]
         )  # fmt: skip
     write_atomically(path, table.getvalue())
 
@@ -591,7 +613,12 @@ def retrain_without(
         metrics = fit_run(
             config, fit_args, _with_text_hashes(chosen, texts), out / "retrain" / name
         )
-        figures[name] = {**_test_scores(metrics), "train_documents": len(chosen["train"])}
+        # Flagged validation documents are removed too: both counts, so the page adds up.
+        figures[name] = {
+            **_test_scores(metrics),
+            "train_documents": len(chosen["train"]),
+            "val_documents": len(chosen["val"]),
+        }
         print(f"audit: re-trained ({name}): {figures[name]}", flush=True)
     figures["removed"] = (
         len(split["train"]) + len(split["val"]) - (len(cleaned["train"]) + len(cleaned["val"]))
@@ -611,8 +638,10 @@ def _other_audits(
     folders: list[str], out_dir: Path, plan: dict[str, Any]
 ) -> list[tuple[Path, dict[str, Any], dict[str, list[float]]]]:
     """Each ``--with_audits`` folder with its plan and probabilities, checked before any fold
-    trains (a wrong folder is refused at once, not after hours of training)."""
+    trains (a wrong folder is refused at once, not after hours of training), and no two of
+    them scored by the same weights."""
     seen: set[Path] = {out_dir.resolve()}
+    owners: dict[str, str] = {}
     others = []
     for folder in map(Path, folders):
         if folder.resolve() in seen:
@@ -622,8 +651,25 @@ def _other_audits(
             )
         seen.add(folder.resolve())
         # Refuses a folder with no plan.
-        others.append((folder, *finished_audit_probabilities(folder, plan)))
+        other, probs = finished_audit_probabilities(folder, plan)
+        # A copy under another path passes the path check: its weights give it away.
+        _claim_weights(owners, _fold_weights(folder, other), folder, str(folder))
+        others.append((folder, other, probs))
     return others
+
+
+def _claim_weights(owners: dict[str, str], weights: list[str], folder: Path, name: str) -> None:
+    """Records ``weights`` as ``name``'s in ``owners`` (fingerprint → audit), refusing any one
+    another audit already holds: the two are one audit (a copy), whose probabilities would
+    count twice in the mean."""
+    for fingerprint in weights:
+        if owners.setdefault(fingerprint, name) != name:
+            raise ConfigError(
+                f"--with_audits {folder}: was scored by the same weights as "
+                f"{owners[fingerprint]} (one is a copy of the other), which would count its "
+                "probabilities twice; give each audit once, each by another config or other "
+                "--fit_args"
+            )
 
 
 def _fold_weights(out: Path, plan: dict[str, Any]) -> list[str]:
@@ -639,17 +685,15 @@ def _with_audits_summary(
     plan: dict[str, Any],
 ) -> list[dict[str, Any]]:  # fmt: skip
     """What each other audit was (config, its fit arguments, its folds' weights), refusing one
-    scored by this audit's own weights: a copy of this audit would count them twice."""
-    own = set(_fold_weights(out_dir, plan))
+    scored by the weights of this audit or of another one named: a copy would count them
+    twice."""
+    # Every fold's weights, this audit's and each other's, in one set: any overlap is a copy.
+    owners: dict[str, str] = {}
+    _claim_weights(owners, _fold_weights(out_dir, plan), out_dir, f"this audit ({out_dir})")
     described = []
     for folder, other_plan, _ in others:
         weights = _fold_weights(folder, other_plan)
-        if own & set(weights):
-            raise ConfigError(
-                f"--with_audits {folder}: was scored by the same weights as this audit (a copy "
-                "of it), which would count its probabilities twice; give an audit by another "
-                "config or other --fit_args"
-            )
+        _claim_weights(owners, weights, folder, str(folder))
         described.append({"out": str(folder), "config": other_plan["config"],
                           "fit_args": other_plan["fit_args"], "fold_weights": weights})  # fmt: skip
     return described
@@ -693,7 +737,6 @@ def audit_command(
             before flagging. Models that err differently flag fewer sound labels.
     """
     _needs_cleanlab()
-    from docclass.report.audit import write_audit_report
     from docclass.train.lightning_cli import datamodule_from_config
 
     if report_documents is not None and report_documents < 0:
@@ -718,7 +761,6 @@ def audit_command(
     entries = _flagged_entries(pool, splits, names, by_id, filter_by)
     # This config's own accuracy; the averaged one is reported beside it.
     accuracy = _accuracy(pool, names, scored["by_id"])
-    write_audit_csv(entries, out_dir / AUDIT_CSV)
     summary = {
         "config": config, "fit_args": fit_args, "documents": len(pool), "folds": folds,
         "filter_by": filter_by, "flagged": len(entries), "out_of_sample_accuracy": accuracy,
@@ -733,10 +775,27 @@ def audit_command(
     shown = entries[:report_documents] if report_documents is not None else entries
     records, method = _explain_flagged(shown, pool, out_dir, device)
     summary["contrast_method"] = method.method
-    index = write_audit_report(shown, records, summary, out_dir / "report", method)
-    write_json_file(out_dir / SUMMARY, summary, indent=2)
+    index = _write_results(out_dir, entries, shown, records, summary, method)
     print(
         f"audit: {len(entries)} of {len(pool)} documents flagged "
         f"(out-of-sample accuracy {accuracy:.4f}) → {out_dir / AUDIT_CSV}, {index}"
     )
     return summary
+
+
+def _write_results(
+    out_dir: Path, entries: list[dict[str, Any]], shown: list[dict[str, Any]],
+    records: list[dict[str, Any]], summary: dict[str, Any], method: DefaultMethod,
+) -> Path:  # fmt: skip
+    """The page, ``audit.csv`` and ``audit.json``, once every slow step (re-training,
+    explaining) is done: a rerun that fails before leaves the last run's three together."""
+    from docclass.report.audit import write_audit_report
+
+    # The last run's three go first: a failure while writing leaves some of this run's, none
+    # of that one's beside them. audit.json, written last, says the three are whole.
+    for stale in (out_dir / SUMMARY, out_dir / AUDIT_CSV, out_dir / "report" / "index.html"):
+        stale.unlink(missing_ok=True)
+    index = write_audit_report(shown, records, summary, out_dir / "report", method)
+    write_audit_csv(entries, out_dir / AUDIT_CSV)
+    write_json_file(out_dir / SUMMARY, summary, indent=2)
+    return index

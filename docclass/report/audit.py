@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from docclass.files import write_atomically
 from docclass.interpret.default_method import DefaultMethod
 from docclass.interpret.records import method_label
 from docclass.report.html import ASSETS_DIR, page_common, template_environment, write_document_pages
@@ -85,8 +86,9 @@ def write_audit_report(
             them, each with its ``audit_contrast`` of the suggested class against the given.
         summary: what the page's heading says: ``documents`` audited, ``folds``, ``filter_by``,
             ``flagged``, ``out_of_sample_accuracy``, per-class counts ``by_class``, after a
-            re-training ``retrain``, and the other audits averaged in, ``with_audits`` (with
-            ``averaged_out_of_sample_accuracy``).
+            re-training ``retrain`` (each run's training and validation documents, and how
+            many flagged ones were ``removed``), and the other audits averaged in,
+            ``with_audits`` (with ``averaged_out_of_sample_accuracy``).
         out_dir: folder to write into (created).
         method: the word-score method of the contrasts, and why; the document pages open on it.
         documents_dir: sub-folder of the document pages.
@@ -107,5 +109,6 @@ def write_audit_report(
             **common,
         )
     )
-    (out_dir / "index.html").write_text(page, encoding="utf-8")
+    # Whole or not at all: a half-written page is no page of any run.
+    write_atomically(out_dir / "index.html", page)
     return out_dir / "index.html"

@@ -6,6 +6,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from helpers import CONFIGS, DOCUMENTS, tiny_classifier
 from docclass.cli import main
 from docclass.data.cleaning import TEXT_HASHES, text_hash
 from docclass.data.synthetic import planted_keyword_corpus
-from docclass.errors import ConfigError, DataError
+from docclass.errors import ConfigError, DataError, UserError
 from docclass.inference import audit
 from docclass.interpret.default_method import default_method
 from docclass.interpret.explain import class_contrast
@@ -117,6 +118,22 @@ def test_a_run_folder_of_another_split_is_not_reused(tmp_path, monkeypatch):
         audit.fit_run("c.yaml", [], {"train": ["2"], "val": [], "test": []}, run_dir)
 
 
+@pytest.mark.fault(
+    "audit: a fold folder with checkpoints/last.ckpt but neither metrics.json nor "
+    "requested_split.json",
+    "refused in one line naming the folder (delete it); never resumed on an unknown split",
+)
+def test_a_checkpoint_of_an_unknown_split_is_not_resumed(tmp_path, monkeypatch):
+    run_dir = tmp_path / "folds" / "fold-0"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    monkeypatch.setattr(audit, "run_child", lambda *_, **__: pytest.fail("resumed"))
+    split = {"train": ["1"], "val": [], "test": ["2"]}
+    with pytest.raises(ConfigError, match=r"fold-0: holds checkpoints/last.ckpt .* delete that"):
+        audit.fit_run("c.yaml", [], split, run_dir)
+    assert not (run_dir / audit.REQUESTED_SPLIT).exists()  # nothing written that would vouch
+
+
 def test_flagged_words_contrast_the_two_labels_by_each_fold_model_s_default_method(
     tmp_path, monkeypatch
 ):
@@ -183,9 +200,9 @@ def test_retraining_drops_the_flagged_documents_and_keeps_the_test_split(tmp_pat
                        "cleaned": ("c.yaml", ["--x"], {**cleaned, TEXT_HASHES: kept})}  # fmt: skip
     assert figures["removed"] == 2 and figures["test_documents"] == 2
     assert figures["baseline"] == {"accuracy": 0.5, "macro_f1": 0.4, "documents": 3,
-                                   "train_documents": 4}  # fmt: skip
+                                   "train_documents": 4, "val_documents": 2}  # fmt: skip
     assert figures["cleaned"] == {"accuracy": 1.0, "macro_f1": 0.9, "documents": 3,
-                                  "train_documents": 3}  # fmt: skip
+                                  "train_documents": 3, "val_documents": 1}  # fmt: skip
 
 
 @pytest.mark.fault(
@@ -308,6 +325,29 @@ def test_csv_lists_each_flagged_document_with_both_labels(tmp_path):
     ]  # fmt: skip
 
 
+@pytest.mark.fault(
+    "audit: an id or label starting with =, +, - or @ (a spreadsheet formula)",
+    "written to audit.csv with a leading ' (shown as text); audit.json keeps it as given",
+)
+def test_csv_cells_a_spreadsheet_would_run_as_formulas_are_quoted(tmp_path):
+    entries = [
+        {"rank": 1, "id": '=HYPERLINK("http://x","y")', "split": "train", "given": "+x",
+         "suggested": "@y", "score": 0.01, "p_given": 0.01, "p_suggested": 0.98, "fold": 0},
+        {"rank": 2, "id": "-2", "split": "val", "given": "x=1", "suggested": "a-b",
+         "score": 0.02, "p_given": 0.02, "p_suggested": 0.9, "fold": 1},
+    ]  # fmt: skip
+    given = json.loads(json.dumps(entries))
+    audit.write_audit_csv(entries, tmp_path / "audit.csv")
+    with (tmp_path / "audit.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["id"], r["given_label"], r["suggested_label"]) for r in rows] == [
+        ('\'=HYPERLINK("http://x","y")', "'+x", "'@y"),
+        ("'-2", "x=1", "a-b"),  # only a leading sign is a formula
+    ]
+    assert [(r["score"], r["fold"]) for r in rows] == [("0.01", "0"), ("0.02", "1")]
+    assert entries == given  # the entries audit.json is written from keep them as given
+
+
 @pytest.fixture(scope="module")
 def noisy_corpus(tmp_path_factory):
     """A corpus a tiny model learns (a planted keyword decides the label) with 15 labels
@@ -419,18 +459,40 @@ def test_audit_finds_planted_flips_resumes_and_refuses_another_plan(
 
     def retrain(datamodule, flagged, out, config, fit_args):
         asked.append(flagged)
-        scores = {"accuracy": 0.9, "macro_f1": 0.9, "documents": 50, "train_documents": 9}
-        return {"test_documents": 50, "removed": len(flagged), "baseline": scores,
-                "cleaned": scores}  # fmt: skip
+        scores = {"accuracy": 0.9, "macro_f1": 0.9, "documents": 50}
+        return {"test_documents": 50, "removed": len(flagged),
+                "baseline": {**scores, "train_documents": 250, "val_documents": 30},
+                "cleaned": {**scores, "train_documents": 249, "val_documents": 28}}  # fmt: skip
 
     monkeypatch.setattr(audit, "retrain_without", retrain)
     main([*args, "--retrain", "true", "--report_documents", "2"])
     assert asked == [found]
     page = (out / "report" / "index.html").read_text()
     assert 'id="retrain-table"' in page and page.count('href="docs/doc-') == 2
+    # Flagged validation documents are removed too: the page says how many in all.
+    removed = json.loads((out / "audit.json").read_text())["retrain"]["removed"]
+    assert f'<b id="retrain-removed">{removed}</b>' in page and removed == len(found)
     assert json.loads(scored.read_text()) == stale
     with (out / "audit.csv").open() as handle:
         assert list(csv.DictReader(handle)) == rows
+
+    # A rerun that fails after flagging (fewer flags this time, then re-training or
+    # explaining fails) leaves the last run's csv, page and json together, all of one run.
+    written = ("audit.csv", "audit.json", "report/index.html")
+    before = {name: (out / name).read_bytes() for name in written}
+    real_flagged, real_explain = audit._flagged_entries, audit._explain_flagged
+
+    def failed(*_):
+        raise UserError("failed after flagging")
+
+    monkeypatch.setattr(audit, "_flagged_entries", lambda *a: real_flagged(*a)[:1])
+    for step, more in (("retrain_without", ["--retrain", "true"]), ("_explain_flagged", [])):
+        monkeypatch.setattr(audit, step, failed)
+        with pytest.raises(SystemExit):
+            main([*args, *more])
+        assert {name: (out / name).read_bytes() for name in written} == before, step
+    monkeypatch.setattr(audit, "_flagged_entries", real_flagged)
+    monkeypatch.setattr(audit, "_explain_flagged", real_explain)
 
     # The same folder with other settings: refused in one line, nothing of it reused.
     capsys.readouterr()
@@ -476,7 +538,16 @@ def test_an_audit_averaged_with_another_of_the_same_documents(
     main([*base, "--out", str(second), "--fit_args", fit_args(3)])
     rule = ["--filter_by", "calibrated_count_by_self_confidence"]
     with_first = ["--with_audits", json.dumps([str(first)])]
-    main([*base, "--out", str(second), "--fit_args", fit_args(3), *with_first, *rule])
+    loaded = []
+    with monkeypatch.context() as patched:
+        real_load = audit.DocClassifier.load
+
+        def load(path, *more, **named):
+            loaded.append(Path(path))
+            return real_load(path, *more, **named)
+
+        patched.setattr(audit.DocClassifier, "load", load)
+        main([*base, "--out", str(second), "--fit_args", fit_args(3), *with_first, *rule])
     summary = json.loads((second / "audit.json").read_text())
     [other] = summary["with_audits"]
     assert (other["out"], other["config"], len(other["fold_weights"])) == (str(first), TINY, 2)
@@ -489,7 +560,8 @@ def test_an_audit_averaged_with_another_of_the_same_documents(
             )
             for doc_id, row in zip(facts["ids"], facts["probs"], strict=True):
                 probs.setdefault(doc_id, []).append(row)
-                fold_of[doc_id] = fold
+                if audited == second:
+                    fold_of[doc_id] = fold
     with (second / "audit.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert rows, "nothing flagged to check"
@@ -499,7 +571,13 @@ def test_an_audit_averaged_with_another_of_the_same_documents(
             mean[names.index(row["given_label"])], abs=1e-6
         )
         assert row["suggested_label"] == names[int(mean.argmax())] != row["given_label"]
-        assert int(row["fold"]) == fold_of[row["id"]]  # explained by the model that held it out
+        assert int(row["fold"]) == fold_of[row["id"]]  # the fold that held it out
+    # Both audits cut the same folds (same documents and seed), so the fold number cannot tell
+    # whose model explained a row: the only models loaded (this audit's folds were already
+    # scored, so only to explain) are this audit's, of the rows' folds.
+    assert set(loaded) == {
+        second / "folds" / f"fold-{int(row['fold'])}" / "checkpoints" / "last.ckpt" for row in rows
+    }
     # The accuracy cards: this config's folds alone (the second audit's rows), and the mean.
     given = {r["id"]: r["label"] for r in map(json.loads, (folder / "corpus.jsonl").open())}
 
@@ -510,8 +588,31 @@ def test_an_audit_averaged_with_another_of_the_same_documents(
     assert summary["averaged_out_of_sample_accuracy"] == pytest.approx(
         accuracy(lambda i: np.mean(probs[i], axis=0))
     )
+    # The two differ with this fixture (2 and 3 epochs: about 0.40 and 0.43), so the checks
+    # above tell this audit's own figure from the averaged one.
+    assert summary["out_of_sample_accuracy"] != pytest.approx(
+        summary["averaged_out_of_sample_accuracy"]
+    )
     page = (second / "report" / "index.html").read_text()
     assert 'id="with-audits"' in page and 'id="averaged-accuracy"' in page
+
+    # A byte copy of this audit named as another: its weights give it away (after its folds,
+    # here already scored), in one line naming both folders; nothing of the last run is lost.
+    copy_of_first, copy_of_second = tmp_path / "copy-of-first", tmp_path / "copy-of-second"
+    shutil.copytree(first, copy_of_first)
+    shutil.copytree(second, copy_of_second)
+    last_run = (second / "audit.json").read_bytes()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stopped:
+        main([*base, "--out", str(second), "--fit_args", fit_args(3),
+              "--with_audits", json.dumps([str(copy_of_second)]), *rule])  # fmt: skip
+    line = capsys.readouterr().err.strip()
+    assert stopped.value.code == 2 and "\n" not in line, line
+    assert (
+        f"--with_audits {copy_of_second}: was scored by the same weights as this audit "
+        f"({second})" in line
+    ), line
+    assert (second / "audit.json").read_bytes() == last_run
 
     # Refused in one line before any fold trains (a fresh --out, training forbidden): its own
     # folder or one named twice, a folder with no audit, an audit of other documents or of the
@@ -527,6 +628,9 @@ def test_an_audit_averaged_with_another_of_the_same_documents(
         plan_file.write_text(json.dumps({**plan, **changed}))
 
     cases = [
+        # Another audit and a byte copy of it: refused before any fold trains.
+        ([str(first), str(copy_of_first)],
+         f"{copy_of_first}: was scored by the same weights as {first}", lambda: None),
         ([str(third)], "is this audit's own --out or is named twice", lambda: None),
         ([str(second), str(second)], "is this audit's own --out or is named twice", lambda: None),
         ([str(tmp_path)], "holds no audit", lambda: None),
