@@ -32,12 +32,19 @@ def sample_indices(n_documents: int, size: int, seed: int = 0) -> list[int]:
     return sorted(np.random.default_rng(seed).choice(n_documents, size, replace=False).tolist())
 
 
+def _measurable(record: dict[str, Any]) -> bool:
+    """Whether a document is in the tables: :func:`docclass.evaluate.erasure.
+    document_faithfulness` (and τ and ρ) leave out one that failed or has under two words."""
+    return not record.get("error") and record["words_read"] >= 2
+
+
 def sample_checks(
     classifier: TrainedClassifier, texts: Sequence[str], ig_steps: int = 32, device: str = "cpu"
 ) -> dict[str, Any]:
     """Integrated gradients beside every method's AOPC, Kendall τ with leave-one-word-out, and
     cascading weight randomisation, on ``texts`` (a sample)."""
     records = explain_documents(classifier, list(texts), device=device)
+    measured = sum(_measurable(record) for record in records)
     started = time.perf_counter()
     deltas = (
         add_integrated_gradients(classifier, texts, records, ig_steps, device=device)
@@ -52,7 +59,10 @@ def sample_checks(
     started = time.perf_counter()
     randomised = sanity.randomised_weights(classifier, texts, records, ig_steps, device=device)
     return {
-        "documents": len(texts),
+        # The documents every figure here can cover: one too short to rank, or that failed, is
+        # in none of them (τ and ρ per method say their own count beside it).
+        "documents": measured,
+        "documents_given": len(texts),
         "integrated_gradients_steps": ig_steps,
         "integrated_gradients_relative_delta": {
             "max": float(max(deltas, default=0.0)),
@@ -87,7 +97,10 @@ def faithfulness_figures(
     texts = list(texts)
     records = explain_documents(classifier, texts, ids, device=device)
     figures: dict[str, Any] = {
-        "documents": len(texts),
+        # The documents the tables average over (as the report's own summary counts them), not
+        # those given: one too short to rank, or that failed, is in no table.
+        "documents": sum(_measurable(record) for record in records),
+        "documents_given": len(texts),
         "fractions": list(FRACTIONS),
         "random_seeds": RANDOM_SEEDS,
         "removal": {},

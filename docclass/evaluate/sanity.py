@@ -42,6 +42,8 @@ def leave_one_out(classifier, text: str, record: dict, device: str = "cpu") -> n
 
 
 def _summary(values: Sequence[float]) -> dict[str, float | int]:
+    """Mean and spread over documents, and how many documents (per method: they can differ,
+    and the page says so)."""
     finite = np.asarray([v for v in values if np.isfinite(v)], dtype=float)
     if not len(finite):
         return {"mean": float("nan"), "std": float("nan"), "documents": 0}
@@ -52,11 +54,18 @@ def _summary(values: Sequence[float]) -> dict[str, float | int]:
     }
 
 
+def _constant(values: Sequence[float]) -> bool:
+    """Every score the same: no ranking, and no rank correlation with anything."""
+    return bool(np.ptp(np.asarray(values, dtype=float)) == 0)
+
+
 def loo_agreement(
     classifier, texts: Sequence[str], records: Sequence[dict], device: str = "cpu"
 ) -> dict[str, dict[str, float | int]]:
     """Per method: Kendall's τ-b with leave-one-word-out importance, mean and spread over
-    documents (documents where either ranking is constant are left out)."""
+    documents. A document whose leave-one-out importance is constant is left out for every
+    method; a method whose scores are constant there counts τ = 0 (it ranks no word above
+    another), so every method averages over the same documents."""
     from scipy.stats import kendalltau
 
     taus: dict[str, list[float]] = {}
@@ -65,8 +74,11 @@ def loo_agreement(
             continue
         n_words = record["words_read"]
         importance = leave_one_out(classifier, text, record, device)
+        if _constant(importance):
+            continue
         for method, values in record["scores"].items():
-            tau = kendalltau(np.asarray(values[:n_words]), importance).statistic
+            values = np.asarray(values[:n_words], dtype=float)
+            tau = 0.0 if _constant(values) else kendalltau(values, importance).statistic
             taus.setdefault(method, []).append(float(tau))
     return {method: _summary(values) for method, values in taus.items()}
 
@@ -166,7 +178,10 @@ def randomised_weights(
     device: str = "cpu",
 ) -> dict[str, Any]:
     """Per cascading stage and method: Spearman ρ between the trained model's word scores and
-    the randomised model's, mean and spread over documents."""
+    the randomised model's, mean and spread over documents, and how many documents. Scores
+    that randomising made constant count ρ = 0 (nothing of the trained ranking is left), and
+    ``constant`` counts them; a document where the trained scores were already constant is
+    left out for that method (there was no ranking to keep)."""
     from scipy.stats import spearmanr
 
     results: dict[str, Any] = {}
@@ -178,14 +193,25 @@ def randomised_weights(
                 randomised, texts, changed, integrated_gradients_steps, device=device
             )
         rhos: dict[str, list[float]] = {}
+        constant: dict[str, int] = {}
         for trained, after in zip(records, changed, strict=True):
             if trained.get("error") or trained["words_read"] < 2:
                 continue
             n_words = trained["words_read"]
             for method, values in trained["scores"].items():
-                if method not in after["scores"]:
+                if method not in after["scores"] or _constant(values[:n_words]):
                     continue
-                rho = spearmanr(values[:n_words], after["scores"][method][:n_words]).statistic
+                randomised_values = after["scores"][method][:n_words]
+                # spearmanr gives NaN for a constant input, which the mean would drop: the
+                # scores that lost the most would vanish from the check and flatter its mean.
+                if _constant(randomised_values):
+                    rho = 0.0
+                    constant[method] = constant.get(method, 0) + 1
+                else:
+                    rho = spearmanr(values[:n_words], randomised_values).statistic
                 rhos.setdefault(method, []).append(float(rho))
-        results[stage] = {method: _summary(values) for method, values in rhos.items()}
+        results[stage] = {
+            method: {**_summary(values), "constant": constant.get(method, 0)}
+            for method, values in rhos.items()
+        }
     return results

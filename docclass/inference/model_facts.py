@@ -20,6 +20,7 @@ from typing import Any
 from docclass.calibration import TEMPERATURE_RANGE
 from docclass.errors import CheckpointError, one_line
 from docclass.interpret.default_method import REPORT_TABLE, DefaultMethod, default_method
+from docclass.interpret.methods import score_rules
 from docclass.interpret.records import RECORD_METHODS
 
 
@@ -104,24 +105,32 @@ def _checked_calibration(facts: Any, where: Path) -> dict[str, Any]:
 
 
 def faithfulness_tables(report_dir: Path, fingerprint: str) -> dict[str, dict[str, Any]]:
-    """Every table measured on these weights, by name: the report's own (the one the pages
-    and the API choose the default method from) and each removal ``docclass faithfulness``
-    measured there under the report's own score rules."""
+    """Every table measured on these weights under this docclass's score rules, by name: the
+    report's own (the one the pages and the API choose the default method from) and each
+    removal ``docclass faithfulness`` measured there."""
     tables: dict[str, dict[str, Any]] = {}
     report = measured_on(read_json(report_dir / "report.json"), fingerprint) or {}
-    if report.get("faithfulness"):
+    # Scores made by other rules (an older docclass's, or rules not recorded) are other
+    # methods' figures under the same names: 'docclass faithfulness' refuses to re-render such
+    # a report, and the default must not be chosen from its table either.
+    report_current = not report or report.get("scores") == score_rules()
+    if report.get("faithfulness") and report_current:
         tables[REPORT_TABLE] = report["faithfulness"]
     measured = measured_on(read_json(report_dir / "faithfulness.json"), fingerprint) or {}
-    if report and measured.get("scores") != report.get("scores"):
-        measured = {}  # scores made by other rules than the report's: not one model's figures
+    if measured.get("scores") != score_rules() or not report_current:
+        measured = {}  # likewise; nor beside a report of other rules: not one model's figures
     for removal, result in (measured.get("removal") or {}).items():
         tables[removal] = {"documents": measured.get("documents"), "methods": result["aopc"]}
     return tables
 
 
-def choose_default(tables: dict[str, dict[str, Any]], other_weights: bool = False) -> DefaultMethod:
+def choose_default(
+    tables: dict[str, dict[str, Any]], other_weights: bool = False, other_rules: bool = False
+) -> DefaultMethod:
     """The default word-score method by the report's own table, the one its pages show first
-    by, so a page and the API that serves the same model never disagree."""
+    by, so a page and the API that serves the same model never disagree. ``other_weights``
+    and ``other_rules`` say why a run with a report has no table here: it measured another
+    checkpoint, or these weights' scores as other score rules made them."""
     table = tables.get(REPORT_TABLE)
     documents = (table or {}).get("documents") or 0
     chosen = default_method(table["methods"] if table else None, documents)
@@ -130,6 +139,13 @@ def choose_default(tables: dict[str, dict[str, Any]], other_weights: bool = Fals
             chosen.method,
             f"{chosen.reason.split(':')[0]}: this run's report measured other weights than "
             "these (another checkpoint of the run), so nothing was measured on these.",
+        )
+    if table is None and other_rules:
+        return DefaultMethod(
+            chosen.method,
+            f"{chosen.reason.split(':')[0]}: this run's report measured scores made by other "
+            "rules than this docclass's (another version's), so its faithfulness table does "
+            "not describe these scores; make the report again with 'docclass report'.",
         )
     return chosen
 
@@ -154,5 +170,7 @@ def model_default_method(
         return choose_default({})
     weights = fingerprint()
     tables = faithfulness_tables(run_dir / "report", weights)
-    report = read_json(run_dir / "report" / "report.json")
-    return choose_default(tables, other_weights=bool(report) and report.get("weights") != weights)
+    report = read_json(run_dir / "report" / "report.json") or {}
+    other_weights = bool(report) and report.get("weights") != weights
+    stale = bool(report.get("faithfulness")) and report.get("scores") != score_rules()
+    return choose_default(tables, other_weights, other_rules=stale and not other_weights)

@@ -2,9 +2,11 @@
 
 The rule: among the methods whose sufficiency is below the random ranking's (their top words,
 kept alone, hold the prediction better than random words do), the highest comprehensiveness;
-methods within :data:`TIE` of each other count as tied, and the cheaper one wins. Without a
-measured table, the method docclass's benchmarks found most faithful on every model is shown
-(:data:`UNMEASURED_DEFAULT`), and the reason says it was not measured here.
+methods within :data:`TIE` of each other count as tied, and the cheaper one wins. A chosen
+method no more comprehensive than random (within :data:`TIE`) is still shown first, and its
+reason says so. Without a measured table, the method docclass's benchmarks found most faithful
+on every model is shown (:data:`UNMEASURED_DEFAULT`), and the reason says it was not measured
+here.
 """
 
 from __future__ import annotations
@@ -99,4 +101,14 @@ def default_method(table: dict[str, dict[str, Any]] | None, documents: int = 0) 
     if len(tied) > 1:
         others = ", ".join(method_label(name) for name in tied if name != chosen)
         why += f"; tied with {others}, and cheaper"
-    return DefaultMethod(chosen, f"{method_label(chosen)} is shown first: {why}{where}.")
+    warning = ""
+    if row["comprehensiveness"] - random["comprehensiveness"] <= TIE:
+        # Said plainly rather than replaced by the unmeasured default: this table is the only
+        # measurement of this model, and a method it did not choose would be shown on trust
+        # the figures do not give; the reader must know the words shown first mean little.
+        warning = (
+            f"; but its comprehensiveness is not above random's ({random['comprehensiveness']:.3f})"
+            f" by more than {TIE}: removing its top words moves the prediction no more than "
+            "removing random words, so do not read its scores as the reasons for a prediction"
+        )
+    return DefaultMethod(chosen, f"{method_label(chosen)} is shown first: {why}{where}{warning}.")

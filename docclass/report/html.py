@@ -787,9 +787,24 @@ def _trust_section(
     return section
 
 
+def _over(summary: dict[str, Any], documents: int) -> str:
+    """What a τ or ρ cell's mean leaves out: the documents it does not cover (methods differ)
+    and how many of its ρ are randomised scores that became constant (counted as 0)."""
+    notes = []
+    if summary.get("documents", documents) != documents:
+        notes.append(f"{summary['documents']} documents")
+    if summary.get("constant"):
+        notes.append(f"{summary['constant']} constant")
+    return f" ({', '.join(notes)})" if notes else ""
+
+
 def _extra_rows(figures: dict[str, Any]) -> dict[str, Any]:
     """``faithfulness.json``'s sample checks as rows of plain strings."""
-    extra: dict[str, Any] = {"documents": figures.get("documents"), "removal": []}
+    extra: dict[str, Any] = {
+        "documents": figures.get("documents"),
+        "given": figures.get("documents_given"),
+        "removal": [],
+    }
     for removal, result in figures.get("removal", {}).items():
         table = result["aopc"]
         floor = table["random"]["comprehensiveness"]
@@ -810,8 +825,10 @@ def _extra_rows(figures: dict[str, Any]) -> dict[str, Any]:
     if sample:
         rank = sample.get("kendall_tau_vs_leave_one_out", {})
         stages = sample.get("randomised_weights", {})
+        documents = sample["documents"]
         extra["sample"] = {
-            "documents": sample["documents"],
+            "documents": documents,
+            "given": sample.get("documents_given"),
             "ig_steps": sample.get("integrated_gradients_steps"),
             "ig_delta": sample.get("integrated_gradients_relative_delta", {}).get("max"),
             "stages": list(stages),
@@ -819,9 +836,12 @@ def _extra_rows(figures: dict[str, Any]) -> dict[str, Any]:
                 {
                     "name": method_label(name),
                     "aopc": sample.get("aopc_mask", {}).get(name, {}).get("comprehensiveness"),
-                    "tau": f"{rank[name]['mean']:.2f} ± {rank[name]['std']:.2f}",
+                    "tau": f"{rank[name]['mean']:.2f} ± {rank[name]['std']:.2f}"
+                    + _over(rank[name], documents),
                     "rho": [
-                        f"{stages[stage][name]['mean']:.2f}" if name in stages[stage] else "—"
+                        f"{stages[stage][name]['mean']:.2f}" + _over(stages[stage][name], documents)
+                        if name in stages[stage]
+                        else "—"
                         for stage in stages
                     ],
                 }

@@ -202,13 +202,16 @@ def test_faithfulness_command_writes_table_plot_checks_and_updates_the_report(
     main(["report", "--ckpt", ckpt, "--data", str(CONFIGS / "tiny.yaml"), "--out", str(out),
           "--limit", "6"])  # fmt: skip
     assert "sanity-table" not in (out / "index.html").read_text(encoding="utf-8")
+    own = json.loads((out / "report.json").read_text())["faithfulness"]
     main([
         "faithfulness", "--ckpt", ckpt, "--data", str(CONFIGS / "tiny.yaml"),
         "--out", str(out), "--limit", "6", "--sample", "3", "--ig_steps", "4",
         "--permutations", "3",
     ])  # fmt: skip
     figures = json.loads((out / "faithfulness.json").read_text())
-    assert figures["documents"] == 6 and set(figures["removal"]) == {"mask", "delete", "unk"}
+    # The documents the tables cover, counted as the report's own table counts them.
+    assert figures["documents"] == own["documents"] and figures["documents_given"] == 6
+    assert set(figures["removal"]) == {"mask", "delete", "unk"}
     for table in figures["removal"].values():
         assert {"attention", "contribution", "rollout", "grad_input", "random"} <= set(
             table["aopc"]
@@ -231,6 +234,27 @@ def test_faithfulness_command_writes_table_plot_checks_and_updates_the_report(
           "--limit", "4"])  # fmt: skip
     assert not (out / "faithfulness.json").exists()
     assert "sanity-table" not in (out / "index.html").read_text(encoding="utf-8")
+
+
+def test_faithfulness_figures_count_the_documents_they_measured():
+    """A one-word document is in no table, nor in τ or ρ: the count says the documents the
+    figures cover (and the page, the documents given beside it)."""
+    from helpers import DOCUMENTS, tiny_classifier
+
+    from docclass.evaluate.faithfulness import faithfulness_figures
+    from docclass.report.html import _extra_rows
+
+    texts = [*DOCUMENTS, "Short"]  # one word read: nothing to rank
+    classifier = tiny_classifier(n_layers=1)
+    figures = faithfulness_figures(
+        classifier, texts, removals=("mask",), sample=len(texts), ig_steps=0, permutations=2
+    )
+    assert figures["documents"] == len(texts) - 1
+    assert figures["documents_given"] == len(texts)
+    assert figures["sample"]["documents"] == len(texts) - 1
+    assert len(figures["sample"]["indices"]) == len(texts)
+    extra = _extra_rows(figures)
+    assert (extra["documents"], extra["given"]) == (len(texts) - 1, len(texts))
 
 
 def test_faithfulness_of_other_weights_leaves_the_report_in_the_folder_alone(fitted, tmp_path):

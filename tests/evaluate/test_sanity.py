@@ -149,3 +149,55 @@ def test_randomising_weights_changes_faithful_scores_and_not_what_cannot_see_the
     for method in ("contribution", "grad_input"):
         assert result["embeddings"][method]["mean"] < 0.5, method
     assert result["embeddings"]["attention"]["mean"] < 0.7
+
+
+def _fixed_records(scores_by_method, n_words=4):
+    return [{"words_read": n_words, "scores": dict(scores_by_method)} for _ in range(3)]
+
+
+def test_scores_made_constant_by_randomising_count_as_rho_zero_not_vanish(monkeypatch):
+    """A method whose scores randomising flattens has lost everything the trained model gave
+    it: dropping its NaN ρ would leave the mean to the documents where it survived."""
+    trained = _fixed_records({"flat": [0.4, 0.3, 0.2, 0.1], "kept": [0.4, 0.3, 0.2, 0.1]})
+    after = _fixed_records({"flat": [0.0] * 4, "kept": [0.4, 0.3, 0.2, 0.1]})
+    after[0]["scores"]["flat"] = [0.1, 0.2, 0.3, 0.4]  # one document reversed, not flattened
+    monkeypatch.setattr(trust, "randomisation_stages", lambda model: [("all", [])])
+    monkeypatch.setattr(trust, "randomised_copy", lambda classifier, modules, seed: classifier)
+    monkeypatch.setattr(trust, "explain_documents", lambda *args, **kwargs: after)
+    classifier = type("Stub", (), {"model": None})()
+    result = trust.randomised_weights(classifier, ["text"] * 3, trained)["all"]
+    assert result["flat"]["documents"] == 3 and result["flat"]["constant"] == 2
+    assert result["flat"]["mean"] == pytest.approx(-1 / 3, abs=1e-4)
+    assert result["kept"] == {"mean": 1.0, "std": 0.0, "documents": 3, "constant": 0}
+
+
+def test_every_method_s_tau_covers_the_same_documents(monkeypatch):
+    """Constant scores rank nothing (τ = 0) rather than leaving a method a document short;
+    a document whose leave-one-out importance is constant is left out for every method."""
+    importance = iter([np.array([3.0, 2.0, 1.0, 0.0]), np.zeros(4), np.array([3.0, 2, 1, 0])])
+    monkeypatch.setattr(trust, "leave_one_out", lambda *args: next(importance))
+    records = _fixed_records({"ranked": [0.4, 0.3, 0.2, 0.1], "flat": [0.4, 0.3, 0.2, 0.1]})
+    records[0]["scores"]["flat"] = [0.5] * 4
+    agreement = trust.loo_agreement(None, ["text"] * 3, records)
+    assert agreement["ranked"] == {"mean": 1.0, "std": 0.0, "documents": 2}
+    assert agreement["flat"]["documents"] == 2 and agreement["flat"]["mean"] == 0.5
+
+
+def test_the_page_says_when_a_method_s_figures_cover_fewer_documents():
+    from docclass.report.html import _extra_rows
+
+    summary = {"mean": 0.5, "std": 0.1, "documents": 5}
+    sample = {
+        "documents": 5,
+        "kendall_tau_vs_leave_one_out": {"grad_input": summary, "attention": summary},
+        "randomised_weights": {
+            "all": {
+                "grad_input": {**summary, "constant": 2},
+                "attention": {**summary, "documents": 3},
+            }
+        },
+    }
+    rows = {row["name"]: row for row in _extra_rows({"sample": sample})["sample"]["rows"]}
+    assert rows["gradient × input"]["rho"] == ["0.50 (2 constant)"]
+    assert rows["pool attention"]["rho"] == ["0.50 (3 documents)"]
+    assert rows["pool attention"]["tau"] == "0.50 ± 0.10"

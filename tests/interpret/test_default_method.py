@@ -23,6 +23,18 @@ def test_highest_comprehensiveness_among_methods_sufficient_beyond_random():
     assert chosen.method == "contribution"
     assert "0.250" in chosen.reason and "12.5× random's" in chosen.reason
     assert "213 documents" in chosen.reason
+    assert "not above random's" not in chosen.reason
+
+
+def test_a_method_no_more_comprehensive_than_random_is_shown_with_a_plain_warning():
+    """Sufficient beyond random, but removing its top words does no more than removing random
+    ones: chosen by the rule, and the reason must say its scores are no reasons."""
+    for comprehensiveness in (0.01, 0.02, 0.024):  # below, at, and within TIE of random's
+        table = {"random": RANDOM, "contribution": row(comprehensiveness, 0.2)}
+        chosen = default_method(table, documents=50)
+        assert chosen.method == "contribution"
+        assert "not above random's (0.020)" in chosen.reason, comprehensiveness
+        assert "do not read its scores as the reasons" in chosen.reason
 
 
 def test_a_tie_goes_to_the_cheaper_method():

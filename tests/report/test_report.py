@@ -635,20 +635,22 @@ def test_the_index_shows_no_checks_measured_on_other_weights(tmp_path):
 def test_the_index_and_the_api_show_no_checks_measured_under_other_score_rules(tmp_path):
     """The same weights, scores made by other rules: faithfulness.json's tables are neither
     the report's checks nor the model's figures beside its own table."""
-    from docclass.inference.model_facts import faithfulness_tables
+    from docclass.inference.model_facts import REPORT_TABLE, faithfulness_tables
+    from docclass.interpret.methods import score_rules
     from docclass.report.html import _trust_section
 
-    weights = "a" * 64
+    weights, current = "a" * 64, score_rules()
     table = {"aopc": {"random": {"comprehensiveness": 0.1, "sufficiency": 0.3}}}
-    measured = {"weights": weights, "scores": "new rules", "removal": {"mask": table}}
+    measured = {"weights": weights, "scores": current, "removal": {"mask": table}}
     (tmp_path / "faithfulness.json").write_text(json.dumps(measured))
     own = {"documents": 3, "methods": {}}
-    for scores in ("old rules", "new rules"):
+    for scores in ("old rules", current):
         meta = {"weights": weights, "scores": scores, "faithfulness": own}
         (tmp_path / "report.json").write_text(json.dumps(meta))
-        same = scores == "new rules"
+        same = scores == current
         assert (_trust_section(None, tmp_path, weights, scores) is not None) == same
-        assert ("mask" in faithfulness_tables(tmp_path, weights)) == same
+        tables = faithfulness_tables(tmp_path, weights)
+        assert ("mask" in tables) == same and (REPORT_TABLE in tables) == same
 
 
 def test_the_class_views_of_a_confusion_matrix():
