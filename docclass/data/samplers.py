@@ -68,10 +68,11 @@ class BucketBatchSampler(BatchSampler):
         shuffle: shuffle batch order within a window.
         seed: seed for that shuffle.
         max_batch_tokens: most padded tokens per batch; None cuts by ``batch_size`` alone.
-        resume_at: ``(epoch, batches_done)`` of a run resumed mid-epoch: the first iteration
-            yields that epoch's batches from ``batches_done`` on. An init argument rather than
-            a setter because under DDP Lightning rebuilds the batch sampler from its init
-            arguments around a distributed sampler.
+        resume_at: ``(epoch, batches_done)`` of a resumed run (``batches_done`` is 0 after a
+            checkpoint at an epoch's end): the first iteration yields that epoch's batches from
+            ``batches_done`` on. An init argument rather than a setter because under DDP
+            Lightning rebuilds the batch sampler from its init arguments around a distributed
+            sampler.
     """
 
     def __init__(
@@ -204,7 +205,8 @@ class BucketBatchSampler(BatchSampler):
         done = 0
         if self.resume_at is not None:
             # Lightning may create this iterator before it restores the epoch counter (when the
-            # optimiser set-up asks for the step count), so the epoch is set here too.
+            # optimiser set-up asks for the step count), and with workers it draws batches at
+            # once; it does not create it again on resume, so the epoch is set here too.
             epoch, done = self.resume_at
             self.resume_at = None
             if hasattr(self.sampler, "set_epoch"):

@@ -23,7 +23,7 @@ from pathlib import Path
 import datasets
 import torch
 from datasets.distributed import split_dataset_by_node
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from docclass.data.batching import length_batches
 from docclass.data.cleaning import label_sort_key, whitespace_key
@@ -140,7 +140,9 @@ class StreamedBatches(IterableDataset):
         steps_per_epoch: batches per epoch on every rank; required under DDP.
         held_out: whitespace keys of validation and test texts, skipped in the stream.
         seed: seeds every shuffle, with the epoch.
-        rank, world_size: this process's share (default: torch.distributed's).
+        rank, world_size: this process's share (default: torch.distributed's, looked up where
+            the stream is read). Pass them when DataLoader workers may be started with spawn or
+            forkserver: such a worker has no process group and would read the whole stream.
     """
 
     def __init__(
@@ -272,6 +274,30 @@ class StreamedBatches(IterableDataset):
                     "processes or workers, or more shards"
                 )
             pass_index += 1
+
+
+class ResumedStreamLoader(DataLoader):
+    """A DataLoader whose first iterator drops the first ``skip`` batches: a streamed run resumed
+    inside an epoch, whose checkpoint saved the epoch and the batches of it done.
+
+    A stream has no index to start from, so that epoch is read again (same seed, epoch and
+    DataLoader workers give the same batches in the same order) and its first batches are
+    dropped here, in the main process. Not in the workers: the DataLoader takes the workers'
+    batches in turn starting from the first worker, so with several workers the resumed
+    iterator would interleave the rest of the epoch in another order.
+    """
+
+    def __init__(self, *args, skip: int = 0, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.skip = skip
+
+    def __iter__(self):
+        iterator = super().__iter__()
+        skip, self.skip = self.skip, 0  # later epochs start whole
+        for _ in range(skip):
+            if next(iterator, None) is None:
+                break
+        return iterator
 
 
 def stream_sample(

@@ -35,7 +35,12 @@ from docclass.data.cleaning import (
 )
 from docclass.data.samplers import BucketBatchSampler, EpochShuffleSampler
 from docclass.data.sources import SourceSpec, load_source, local_source_path
-from docclass.data.streaming import StreamedBatches, open_stream, stream_sample
+from docclass.data.streaming import (
+    ResumedStreamLoader,
+    StreamedBatches,
+    open_stream,
+    stream_sample,
+)
 from docclass.data.tokenizer import (
     TokenizerSpec,
     encode_batch,
@@ -179,7 +184,7 @@ class DocDataModule(pl.LightningDataModule):
         self.tokenizer = None
         self.stats: dict[str, int | str] = {}
         self._tokenized: dict[str, datasets.Dataset] = {}
-        # (epoch, batches done) of the checkpoint being resumed, when it was written mid-epoch.
+        # (epoch, batches of it done) where the checkpoint being resumed left training.
         self._resume_at: tuple[int, int] | None = None
 
     # -- sizes the model needs before training starts (linked by the CLI) -------------------
@@ -433,7 +438,12 @@ class DocDataModule(pl.LightningDataModule):
             whitespace_key(text) for split in ("val", "test") for text in self.splits[split]["text"]
         )
 
-    def _stream_loader(self) -> DataLoader:
+    def _stream_loader(self, resume_at: tuple[int, int] | None) -> DataLoader:
+        trainer = getattr(self, "trainer", None)
+        # The epoch comes from the checkpoint when resuming: Lightning builds this loader (and,
+        # with workers, starts reading it) before it restores its epoch counter, and after a
+        # mid-epoch checkpoint it does not call on_train_epoch_start at all.
+        epoch, done = resume_at or (trainer.current_epoch if trainer else 0, 0)
         held_out = self._held_out_keys()
         batches = StreamedBatches(
             self._stream_documents(),
@@ -448,12 +458,17 @@ class DocDataModule(pl.LightningDataModule):
             self.steps_per_epoch,
             held_out,
             self.seed,
+            # Given here, not looked up where the stream is read: a DataLoader worker started
+            # with spawn or forkserver has no process group, so every rank would read it all.
+            rank=trainer.global_rank if trainer else None,
+            world_size=trainer.world_size if trainer else None,
         )
-        # A resumed run continues with its epoch's shuffle.
-        trainer = getattr(self, "trainer", None)
-        batches.set_epoch(trainer.current_epoch if trainer else 0)
-        return DataLoader(
+        batches.set_epoch(epoch)
+        return ResumedStreamLoader(
             batches,
+            # Inside an epoch: the batches done are read again and dropped (no stream position
+            # is saved); Lightning then takes the rest of the epoch from this iterator.
+            skip=done,
             batch_size=None,  # the stream yields whole batches
             num_workers=self.num_workers,
             # Workers are made afresh each epoch, so they see the epoch set_epoch gave.
@@ -461,10 +476,24 @@ class DocDataModule(pl.LightningDataModule):
             pin_memory=torch.cuda.is_available(),
         )
 
+    def _take_resume_at(self) -> tuple[int, int] | None:
+        """Where the checkpoint being resumed left training, once: a later fit starts whole."""
+        resume_at, self._resume_at = self._resume_at, None
+        trainer = getattr(self, "trainer", None)
+        if resume_at is None and self.num_workers and getattr(trainer, "ckpt_path", None):
+            log.warning(
+                "%s holds no data position (written by an older docclass): with "
+                "data.num_workers > 0 the resumed epoch may be shuffled as epoch 0 was; resume "
+                "with --data.num_workers 0 to continue in the order of an uninterrupted run",
+                trainer.ckpt_path,
+            )
+        return resume_at
+
     def _loader(self, split: str, train: bool) -> DataLoader:
+        resume_at = self._take_resume_at() if train else None
         if train and self.stream:
             self.prepare()
-            return self._stream_loader()
+            return self._stream_loader(resume_at)
         dataset = self.tokenized(split)
         lengths = [len(ids) for ids in dataset["input_ids"]]
         if train:
@@ -479,10 +508,8 @@ class DocDataModule(pl.LightningDataModule):
             shuffle=train,
             seed=self.seed,
             max_batch_tokens=self.max_batch_tokens if train else None,
-            resume_at=self._resume_at if train else None,
+            resume_at=resume_at,
         )
-        if train:
-            self._resume_at = None  # the next loader (a later fit) starts its epoch whole
         return DataLoader(
             dataset,
             batch_sampler=batch_sampler,
@@ -497,21 +524,28 @@ class DocDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)
 
-    # -- where a checkpoint was written inside an epoch --------------------------------------
+    # -- where a checkpoint left training ----------------------------------------------------
     def state_dict(self) -> dict[str, int]:
-        """The epoch and the number of its batches done, when a checkpoint is written mid-epoch.
+        """The epoch training resumes in and the number of its batches already done.
 
         Read from the trainer's loop counters: the sampler alone cannot say how many of the
         batches it yielded were trained on (Lightning fetches one batch ahead, workers more).
-        Empty at an epoch's end, where Lightning's own restart already starts the next epoch.
+        Saved at an epoch's end too ({next epoch, 0}), for streams as well: Lightning builds
+        the training loader, and with workers starts fetching from it, before it restores its
+        epoch counter, so without this a resumed run would replay epoch 0's order.
         """
         trainer = self.trainer
-        if trainer is None or self.stream:
+        if trainer is None:
             return {}
-        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
-        if not 0 < done < trainer.num_training_batches:
-            return {}
-        return {"epoch": trainer.fit_loop.epoch_progress.current.processed, "batches_done": done}
+        loop = trainer.fit_loop
+        epoch = loop.epoch_progress.current.processed
+        batches = loop.epoch_loop.batch_progress
+        done = batches.current.processed
+        if loop.epoch_progress.current.started == epoch:
+            done = 0  # between epochs (an epoch-end hook): the next one starts whole
+        elif done >= trainer.num_training_batches or batches.is_last_batch:
+            epoch, done = epoch + 1, 0  # the epoch's last batch is done, its end hooks not run
+        return {"epoch": epoch, "batches_done": done}
 
     def load_state_dict(self, state_dict: dict[str, int]) -> None:
         if state_dict:

@@ -6,6 +6,7 @@ import json
 import pickle
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import datasets
 import pytest
@@ -287,6 +288,39 @@ def test_streamed_training_set_runs_in_spawned_workers(corpus):
     texts = [row["text"] for row in rows]
     expected = Counter(tuple(ids) for ids in token_ids(datamodule.tokenizer, texts))
     assert Counter(documents_in(loader)) == expected
+
+
+@pytest.mark.fault(
+    "DDP on a streamed set with DataLoader workers started with spawn or forkserver",
+    "each rank's worker reads that rank's share (the trainer's rank, not the worker's "
+    "uninitialised process group): ranks get disjoint documents",
+)
+def test_spawned_workers_read_their_ranks_share_of_the_stream(corpus):
+    root, rows = corpus
+    datamodule = DocDataModule(
+        source=str(root / "held_out.jsonl"),
+        stream=str(root / "train-*.jsonl"),
+        tokenizer=TokenizerSpec(vocab_size=300),
+        max_tokens=None,
+        tokenizer_documents=200,
+        num_workers=1,
+        steps_per_epoch=4,
+    )
+    shares = []
+    for rank in (0, 1):
+        # What the datamodule reads of the trainer when it builds the loader.
+        datamodule.trainer = SimpleNamespace(global_rank=rank, world_size=2, current_epoch=0)
+        loader = datamodule.train_dataloader()
+        if rank == 1:
+            loader.multiprocessing_context = "spawn"  # the worker has no process group
+        # (rank 0's worker is forked on Linux: as cheap, and it reads the way the other does)
+        shares.append(documents_in(loader))
+    texts = [row["text"] for row in rows]
+    everything = Counter(tuple(ids) for ids in token_ids(datamodule.tokenizer, texts))
+    assert all(shares)
+    # Disjoint: together they hold no document more often than the stream does.
+    repeated = Counter(shares[0]) + Counter(shares[1]) - everything
+    assert not repeated, f"{repeated.total()} documents read by both ranks"
 
 
 def test_the_streamed_tokenizer_never_reads_held_out_texts(corpus, monkeypatch):

@@ -29,15 +29,21 @@ def fit_command(run_dir, *extra):
     "resumes with `--ckpt_path …/last.ckpt`; same steps, weights and test metrics as "
     "an uninterrupted run",
 )
-def test_killed_run_resumes_and_matches_an_uninterrupted_run(tmp_path):
+# With a worker the loader fetches its first batches before Lightning restores the epoch counter
+# (and Lightning does not fetch them again): the resumed epoch must not take epoch 0's order.
+@pytest.mark.parametrize("workers", [0, 1])
+def test_killed_run_resumes_and_matches_an_uninterrupted_run(tmp_path, workers):
+    options = ["--data.num_workers", str(workers)]
     whole = tmp_path / "whole"
-    done = subprocess.run(fit_command(whole), cwd=REPO, env=ENV, capture_output=True, text=True)
+    done = subprocess.run(
+        fit_command(whole, *options), cwd=REPO, env=ENV, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr[-2000:]
 
     killed = tmp_path / "killed"
     last = killed / "checkpoints" / "last.ckpt"
     process = subprocess.Popen(
-        fit_command(killed), cwd=REPO, env=ENV,
+        fit_command(killed, *options), cwd=REPO, env=ENV,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     deadline = time.monotonic() + 300
@@ -47,11 +53,11 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run(tmp_path):
     process.wait()
     assert process.returncode == -signal.SIGKILL
     assert not (killed / "metrics.json").exists()  # it really was cut short
-    epoch_at_kill = torch.load(last, weights_only=True)["epoch"]
-    assert epoch_at_kill < 3
+    checkpoint = torch.load(last, weights_only=True)
+    assert checkpoint["epoch"] < 3
 
     resumed = subprocess.run(
-        fit_command(killed, "--ckpt_path", str(last)),
+        fit_command(killed, *options, "--ckpt_path", str(last)),
         cwd=REPO, env=ENV, capture_output=True, text=True,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-2000:]
@@ -64,6 +70,8 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run(tmp_path):
     weights_b = torch.load(last, weights_only=True)["state_dict"]
     for name, tensor in weights_a.items():
         torch.testing.assert_close(weights_b[name], tensor, rtol=0, atol=0, msg=name)
+    # The epoch-end checkpoint named the next epoch: how the resumed loader got its order.
+    assert checkpoint["DocDataModule"] == {"epoch": checkpoint["epoch"] + 1, "batches_done": 0}
 
 
 class BatchLog(Callback):
@@ -84,6 +92,15 @@ class DieAtStep(Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_step == self.at:
             os._exit(9)
+
+
+class StreamBatchLog(Callback):
+    """:class:`BatchLog` for a stream, whose documents have no row index: the token ids."""
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        record = {"step": trainer.global_step, "rows": batch["input_ids"].tolist()}
+        with open(os.path.join(trainer.default_root_dir, "batches.jsonl"), "a") as log:
+            log.write(json.dumps(record) + "\n")
 
 
 def read_batches(run_dir):
@@ -136,6 +153,68 @@ def test_run_killed_mid_epoch_resumes_at_the_next_batch(tmp_path, workers):
     weights_b = torch.load(last, weights_only=True)["state_dict"]
     for name, tensor in weights_a.items():
         torch.testing.assert_close(weights_b[name], tensor, rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.fault(
+    "a streamed training run (`data.stream`) killed at an epoch's end or inside one",
+    "resumes in that epoch's shuffle at the next batch: the batches of an uninterrupted run, "
+    "none replayed or skipped",
+)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_killed_streamed_run_resumes_with_the_batches_of_an_uninterrupted_run(tmp_path, workers):
+    from helpers import KEYWORDS, write_jsonl
+
+    from docclass.data.synthetic import planted_keyword_corpus
+
+    rows = planted_keyword_corpus(60, KEYWORDS, seed=7)
+    for shard in range(2):
+        write_jsonl(tmp_path / f"train-{shard}.jsonl", rows[shard::2])
+    write_jsonl(tmp_path / "held_out.jsonl", planted_keyword_corpus(20, KEYWORDS, seed=8))
+    paths = [REPO, REPO / "tests", REPO / "tests" / "train"]
+    env = {**ENV, "PYTHONPATH": os.pathsep.join(map(str, paths))}
+    # 5 steps an epoch and a checkpoint every 3: death at step 8 leaves last.ckpt at step 6,
+    # one batch into epoch 1 (odd: two workers' batches alternate), and best.ckpt at the end
+    # of epoch 0. The loader is built, and a worker starts reading, before Lightning restores
+    # its epoch counter.
+    steps = ["--trainer.max_epochs", "2", "--data.source", str(tmp_path / "held_out.jsonl"),
+             "--data.max_docs_per_class", "null", "--data.stream", str(tmp_path / "train-*.jsonl"),
+             "--data.steps_per_epoch", "5", "--data.batch_size", "8",
+             "--data.num_workers", str(workers), "--checkpoint_every_n_steps", "3",
+             "--test_after_fit", "false", "--trainer.callbacks=[]",
+             "--trainer.callbacks+=test_resume.StreamBatchLog"]  # fmt: skip
+
+    def fit(run_dir, *extra):
+        return subprocess.run(
+            fit_command(run_dir, *steps, *extra), cwd=REPO, env=env, capture_output=True, text=True
+        )
+
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    done = fit(whole)
+    assert done.returncode == 0, done.stderr[-2000:]
+    expected = read_batches(whole)
+    assert sorted(expected) == list(range(10))
+    died = fit(killed, "--trainer.callbacks+=test_resume.DieAtStep", "--trainer.callbacks.at", "8")
+    assert died.returncode == 9, died.stderr[-2000:]
+    checkpoints = {
+        "epoch end": (killed / "checkpoints" / "best.ckpt", 5, 0),
+        "mid-epoch": (killed / "checkpoints" / "last.ckpt", 6, 1),
+    }
+    for where, (path, step, _) in checkpoints.items():
+        checkpoint = torch.load(path, weights_only=True)
+        assert checkpoint["global_step"] == step, where
+        # Each resumed run logs into its own folder: exactly the steps it trained.
+        resumed_dir = tmp_path / where.replace(" ", "-")
+        resumed = fit(resumed_dir, "--ckpt_path", str(path))
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        lines = (resumed_dir / "batches.jsonl").read_text().splitlines()
+        seen = [(record["step"], record["rows"]) for record in map(json.loads, lines)]
+        assert [s for s, _ in seen] == list(range(step, 10)), where  # none replayed or skipped
+        differing = [s for s, rows in seen if rows != expected[s]]
+        assert not differing, f"{where}: steps {differing} differ from the uninterrupted run"
+    # What carried the position (checked last, so an older run's failure shows the batches).
+    for where, (path, _, batches_done) in checkpoints.items():
+        state = torch.load(path, weights_only=True).get("DocDataModule")
+        assert state == {"epoch": 1, "batches_done": batches_done}, where
 
 
 class PoisonWeights(Callback):
