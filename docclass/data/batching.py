@@ -58,6 +58,13 @@ def length_batches(
     return batches
 
 
+def padded_length(length: int, pad_to_multiple: int = 1) -> int:
+    """The width a batch whose longest row has ``length`` tokens is padded to. A token budget
+    (``max_batch_tokens``) counts this, not the raw length: with ``pad_to_multiple`` 64 a batch
+    of 31 rows of 257 tokens budgeted at 7,967 tokens became 9,920."""
+    return -(-max(1, length) // pad_to_multiple) * pad_to_multiple
+
+
 def pad_token_ids(
     rows: Sequence[Sequence[int]], pad_id: int = PAD_ID, pad_to_multiple: int = 1
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,8 +73,7 @@ def pad_token_ids(
     T is the longest row (at least 1), rounded up to ``pad_to_multiple``; the mask is True
     exactly on each row's first ``len(row)`` positions.
     """
-    width = max(1, max((len(row) for row in rows), default=0))
-    width = -(-width // pad_to_multiple) * pad_to_multiple
+    width = padded_length(max((len(row) for row in rows), default=0), pad_to_multiple)
     input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros(len(rows), width, dtype=torch.bool)
     for i, row in enumerate(rows):

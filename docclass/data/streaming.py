@@ -25,7 +25,7 @@ import torch
 from datasets.distributed import split_dataset_by_node
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from docclass.data.batching import length_batches
+from docclass.data.batching import length_batches, padded_length
 from docclass.data.cleaning import label_sort_key, whitespace_key
 from docclass.data.sources import FILE_FORMATS, looks_like_a_missing_path
 from docclass.errors import DataError
@@ -140,6 +140,8 @@ class StreamedBatches(IterableDataset):
         steps_per_epoch: batches per epoch on every rank; required under DDP.
         held_out: whitespace keys of validation and test texts, skipped in the stream.
         seed: seeds every shuffle, with the epoch.
+        pad_to_multiple: what ``collate`` rounds a batch's width up to: the token budget
+            counts the padded width.
         rank, world_size: this process's share (default: torch.distributed's, looked up where
             the stream is read). Pass them when DataLoader workers may be started with spawn or
             forkserver: such a worker has no process group and would read the whole stream.
@@ -161,6 +163,7 @@ class StreamedBatches(IterableDataset):
         seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
+        pad_to_multiple: int = 1,
     ) -> None:
         super().__init__()
         self.open_documents, self.encode, self.collate = open_documents, encode, collate
@@ -173,6 +176,7 @@ class StreamedBatches(IterableDataset):
         self.bucket_documents, self.shuffle_buffer = bucket_documents, shuffle_buffer
         self.steps_per_epoch, self.held_out, self.seed = steps_per_epoch, held_out, seed
         self.rank, self.world_size = rank, world_size
+        self.pad_to_multiple = pad_to_multiple
         self.epoch = 0
 
     def __len__(self) -> int:
@@ -226,9 +230,9 @@ class StreamedBatches(IterableDataset):
             for row, row_ids in zip(rows, ids, strict=True)
             if row_ids
         ]
-        batches = length_batches(
-            [len(r["input_ids"]) for r in tokenized], self.batch_size, self.max_batch_tokens
-        )
+        # The widths ``collate`` pads to, which the token budget is a budget of.
+        widths = [padded_length(len(r["input_ids"]), self.pad_to_multiple) for r in tokenized]
+        batches = length_batches(widths, self.batch_size, self.max_batch_tokens)
         for b in torch.randperm(len(batches), generator=generator).tolist():
             yield self.collate([tokenized[i] for i in batches[b]])
 

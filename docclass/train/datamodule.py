@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, SequentialSampler
 
 from docclass.artifacts.encoders import encoder_tokenizer, locate_encoder
 from docclass.artifacts.load import read_artifact
-from docclass.data.batching import collate
+from docclass.data.batching import collate, padded_length
 from docclass.data.cleaning import (
     TEXT_HASHES,
     deduplicate,
@@ -462,6 +462,7 @@ class DocDataModule(pl.LightningDataModule):
             # with spawn or forkserver has no process group, so every rank would read it all.
             rank=trainer.global_rank if trainer else None,
             world_size=trainer.world_size if trainer else None,
+            pad_to_multiple=self.pad_to_multiple,
         )
         batches.set_epoch(epoch)
         return ResumedStreamLoader(
@@ -495,7 +496,8 @@ class DocDataModule(pl.LightningDataModule):
             self.prepare()
             return self._stream_loader(resume_at)
         dataset = self.tokenized(split)
-        lengths = [len(ids) for ids in dataset["input_ids"]]
+        # The widths collate pads to: a token budget is a budget of padded tokens.
+        lengths = [padded_length(len(ids), self.pad_to_multiple) for ids in dataset["input_ids"]]
         if train:
             sampler = EpochShuffleSampler(len(dataset), self.seed)
         else:

@@ -365,3 +365,31 @@ def test_a_streamed_csv_keeps_na_and_null_as_words(tmp_path):
     (tmp_path / "s.csv").write_text("text,label\nNA,null\nsome text,N/A\n")
     rows = list(open_stream(str(tmp_path / "s.csv")))
     assert [(row["text"], row["label"]) for row in rows] == [("NA", "null"), ("some text", "N/A")]
+
+
+@pytest.mark.parametrize("streamed_set", [False, True], ids=["in memory", "streamed"])
+def test_the_token_budget_counts_the_width_batches_are_padded_to(corpus, streamed_set):
+    """``data.pad_to_multiple`` rounds every batch's width up; ``max_batch_tokens`` is a budget
+    of what the model then gets, not of the rows' own lengths."""
+    root, _ = corpus
+    budget, multiple = 1024, 48
+    datamodule = DocDataModule(
+        source=str(root / "held_out.jsonl" if streamed_set else root / "train-0.jsonl"),
+        stream=str(root / "train-*.jsonl") if streamed_set else None,
+        tokenizer=TokenizerSpec(vocab_size=300),
+        max_tokens=None,
+        max_docs_per_class=None,
+        tokenizer_documents=200,
+        max_batch_tokens=budget,
+        pad_to_multiple=multiple,
+        **({"steps_per_epoch": 20} if streamed_set else {}),
+    )
+    datamodule.trainer = SimpleNamespace(global_rank=0, world_size=1, current_epoch=0)
+    if not streamed_set:
+        datamodule.setup("fit")
+    widths = set()
+    for batch in datamodule.train_dataloader():
+        rows, width = batch["input_ids"].shape
+        widths.add(width)
+        assert width % multiple == 0 and rows * width <= budget, (rows, width)
+    assert len(widths) > 1  # documents of several widths, cut by the padded one
