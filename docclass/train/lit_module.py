@@ -22,6 +22,7 @@ from docclass.artifacts.encoders import (
 )
 from docclass.errors import ConfigError
 from docclass.nn.model import ClassifierOutput, DocumentClassifier, ModelConfig
+from docclass.train.callbacks import gather_by_document
 from docclass.train.encoder_cache import EncoderStateCache
 
 
@@ -54,9 +55,14 @@ def _check_training_settings(settings: Mapping[str, Any]) -> None:
 
 
 def _stage_metrics(num_classes: int) -> torch.nn.ModuleDict:
+    # The validation metrics are computed once per epoch, on every rank, from the split's rows
+    # gathered once per document (DocClassifierModule.on_validation_epoch_end): syncing them
+    # again would count each rank's figures twice.
     return torch.nn.ModuleDict(
         {
-            f"{stage}_{name}": metric(num_classes=num_classes, average=average)
+            f"{stage}_{name}": metric(
+                num_classes=num_classes, average=average, sync_on_compute=stage != "val"
+            )
             for stage in ("val", "test")
             for name, metric, average in (
                 ("acc", MulticlassAccuracy, "micro"),
@@ -270,6 +276,8 @@ class DocClassifierModule(pl.LightningModule):
         self.tokenizer_json: str | None = None
         self.label_names: list[str] = []
         self.max_tokens: int | None = None
+        # This validation pass's rows on this rank: (index, loss, prediction, label) per batch.
+        self._val_rows: list[tuple[torch.Tensor, ...]] = []
 
     def _build_model(self, encoder: str | None, freeze_encoder: bool) -> None:
         # The model's own settings are the subset of these arguments that ModelConfig names.
@@ -370,6 +378,7 @@ class DocClassifierModule(pl.LightningModule):
         batch: dict[str, torch.Tensor],
         weights: torch.Tensor | None = None,
         split: str = "train",
+        reduction: str = "mean",
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if self.encoder_cache is not None:
             states = self.encoder_cache.token_states(self.model, split, batch)
@@ -386,6 +395,7 @@ class DocClassifierModule(pl.LightningModule):
             batch["labels"],
             weight=weights,
             label_smoothing=self.hparams.label_smoothing,
+            reduction=reduction,
         )
         return loss, logits
 
@@ -407,22 +417,56 @@ class DocClassifierModule(pl.LightningModule):
         return loss
 
     def _evaluate(self, batch: dict[str, torch.Tensor], stage: str) -> dict[str, torch.Tensor]:
-        loss, logits = self._shared_step(batch, split=stage)
-        preds = logits.argmax(dim=-1)
-        batch_size = len(batch["labels"])
-        # Synced: under DDP each rank holds a shard, and EarlyStopping and metrics.json read this
-        # figure; unsynced, each rank would stop on its own shard's loss.
-        self.log(f"{stage}/loss", loss, prog_bar=True, batch_size=batch_size, sync_dist=True)
-        for name in ("acc", "f1"):
-            metric = self.metrics[f"{stage}_{name}"]
-            metric(preds, batch["labels"])
-            self.log(f"{stage}/{name}", metric, prog_bar=name == "acc", batch_size=batch_size)
+        if stage == "val":
+            # Kept per document and logged at the epoch's end (on_validation_epoch_end): under
+            # DDP the sampler repeats a few documents so that every rank's share is equal.
+            losses, logits = self._shared_step(batch, split=stage, reduction="none")
+            preds = logits.argmax(dim=-1)
+            self._val_rows.append((batch["index"], losses.detach(), preds, batch["labels"]))
+        else:
+            loss, logits = self._shared_step(batch, split=stage)
+            preds = logits.argmax(dim=-1)
+            batch_size = len(batch["labels"])
+            self.log(f"{stage}/loss", loss, prog_bar=True, batch_size=batch_size, sync_dist=True)
+            for name in ("acc", "f1"):
+                metric = self.metrics[f"{stage}_{name}"]
+                metric(preds, batch["labels"])
+                self.log(f"{stage}/{name}", metric, prog_bar=name == "acc", batch_size=batch_size)
         return {
             "preds": preds,
             "labels": batch["labels"],
             "probs": logits.float().softmax(-1),
             "index": batch["index"],
         }
+
+    def on_validation_epoch_start(self) -> None:
+        self._val_rows = []
+
+    def on_validation_epoch_end(self) -> None:
+        """Logs val/loss, val/acc and val/f1 over every validation document once, the same on
+        every rank (EarlyStopping and the checkpoints read them on each): the ranks' rows are
+        gathered and the documents the distributed sampler repeated are dropped."""
+        rows, self._val_rows = self._val_rows, []
+        if rows:
+            columns = [torch.cat(column).cpu() for column in zip(*rows, strict=True)]
+        else:  # a rank with no batch still joins the gather
+            dtypes = (torch.long, torch.float, torch.long, torch.long)
+            columns = [torch.empty(0, dtype=dtype) for dtype in dtypes]
+        losses, preds, labels = (
+            torch.from_numpy(column).to(self.device) for column in gather_by_document(*columns)
+        )
+        if not len(labels):
+            return
+        # Every rank holds the same figures: "max" merely keeps them exact through Lightning's
+        # sync (which it asks for when a rank logs an epoch's figure in a distributed run).
+        logged = {"sync_dist": True, "reduce_fx": "max"}
+        self.log("val/loss", losses.mean(), prog_bar=True, **logged)
+        for name in ("acc", "f1"):
+            metric = self.metrics[f"val_{name}"]  # not synced: these rows are every rank's
+            metric.reset()
+            metric.update(preds, labels)
+            self.log(f"val/{name}", metric.compute(), prog_bar=name == "acc", **logged)
+            metric.reset()
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict:
         return self._evaluate(batch, "val")

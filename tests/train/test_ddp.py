@@ -34,6 +34,15 @@ def test_two_process_ddp_fit_trains_tests_and_reports_once(tmp_path):
         assert ranks[0][key] == ranks[1][key], key
 
     metrics = json.loads((run_dir / "metrics.json").read_text())
+    # ... and the validation split's own: each document once, although the distributed sampler
+    # repeats one of the tiny config's 213 to give both ranks 107 (RankMetrics recomputes them
+    # from every rank's predictions).
+    assert metrics["data"]["val_documents"] % 2 == 1
+    for seen in ranks:
+        assert seen["recomputed/val_documents"] == metrics["data"]["val_documents"]
+        assert seen["val/acc"] == pytest.approx(seen["recomputed/val_acc"], abs=1e-6)
+        assert seen["val/f1"] == pytest.approx(seen["recomputed/val_f1"], abs=1e-6)
+    assert metrics["val"]["acc"] == ranks[0]["val/acc"]
     # Metrics cover the whole test split once, not rank 0's shard (or the sampler's repeats).
     assert metrics["test"]["n_documents"] == metrics["data"]["test_documents"]
     assert sum(map(sum, metrics["test"]["confusion_matrix"])) == metrics["data"]["test_documents"]
