@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import logging
+import math
 from pathlib import Path
 
 import datasets
@@ -530,7 +531,12 @@ class DocDataModule(pl.LightningDataModule):
     def state_dict(self) -> dict[str, int]:
         """The epoch training resumes in and the number of its batches already done.
 
-        Read from the trainer's loop counters: the sampler alone cannot say how many of the
+        Counted from the batches trained since the run began (Lightning's total, which a
+        resumed run carries on): every epoch of a fit has the same number of batches, so the
+        position is that total divided by it. Lightning's per-epoch counters do not say it:
+        after some restarts (from a checkpoint on an epoch's last batch, or any restart when
+        ``trainer.max_steps`` is set) it skips an epoch's start, and a checkpoint two batches
+        into that epoch read as its start. And the sampler alone cannot say how many of the
         batches it yielded were trained on (Lightning fetches one batch ahead, workers more).
         Saved at an epoch's end too ({next epoch, 0}), for streams as well: Lightning builds
         the training loader, and with workers starts fetching from it, before it restores its
@@ -540,13 +546,15 @@ class DocDataModule(pl.LightningDataModule):
         if trainer is None:
             return {}
         loop = trainer.fit_loop
-        epoch = loop.epoch_progress.current.processed
-        batches = loop.epoch_loop.batch_progress
-        done = batches.current.processed
-        if loop.epoch_progress.current.started == epoch:
-            done = 0  # between epochs (an epoch-end hook): the next one starts whole
-        elif done >= trainer.num_training_batches or batches.is_last_batch:
-            epoch, done = epoch + 1, 0  # the epoch's last batch is done, its end hooks not run
+        per_epoch = trainer.num_training_batches
+        if not math.isfinite(per_epoch) or per_epoch < 1:
+            # A stream of unknown length (no data.steps_per_epoch): epochs have no fixed size,
+            # so only the epoch counters can say where training is.
+            epoch, batches = loop.epoch_progress.current.processed, loop.epoch_loop.batch_progress
+            if batches.is_last_batch:  # the stream's end reached: the next epoch starts whole
+                return {"epoch": epoch + 1, "batches_done": 0}
+            return {"epoch": epoch, "batches_done": batches.current.processed}
+        epoch, done = divmod(loop.epoch_loop.batch_progress.total.processed, int(per_epoch))
         return {"epoch": epoch, "batches_done": done}
 
     def load_state_dict(self, state_dict: dict[str, int]) -> None:

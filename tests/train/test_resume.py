@@ -103,6 +103,17 @@ class StreamBatchLog(Callback):
             log.write(json.dumps(record) + "\n")
 
 
+class DieInValidation(Callback):
+    """Fault injection: the process dies in the validation run after step ``at``."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking and trainer.global_step == self.at:
+            os._exit(9)
+
+
 def read_batches(run_dir):
     lines = (run_dir / "batches.jsonl").read_text().splitlines()
     return {record["step"]: record["rows"] for record in map(json.loads, lines)}
@@ -117,8 +128,12 @@ def read_batches(run_dir):
 def test_run_killed_mid_epoch_resumes_at_the_next_batch(tmp_path, workers):
     paths = [REPO, REPO / "tests", REPO / "tests" / "train"]
     env = {**ENV, "PYTHONPATH": os.pathsep.join(map(str, paths))}
-    # tiny.yaml gives 7 batches per epoch: a checkpoint every 3 steps, death at step 11, leave
-    # last.ckpt at step 9, two batches into epoch 1.
+    # tiny.yaml gives 7 batches per epoch. Killed twice: first in the validation at epoch 0's
+    # end, checkpointing every 7 steps (last.ckpt: the step checkpoint on the epoch's last
+    # batch); then, resumed from there with a checkpoint every 3 steps, at step 11 (last.ckpt
+    # at step 9, two batches into epoch 1, written by the restarted run). Restarted from a
+    # last batch, Lightning skips the next epoch's start, so its per-epoch counters read step
+    # 9 as that epoch's first batch; the position comes from the total of batches trained.
     # With workers the loader's first batches are fetched before Lightning restores the epoch.
     steps = ["--trainer.max_epochs", "2", "--checkpoint_every_n_steps", "3",
              "--data.num_workers", str(workers), "--test_after_fit", "false",
@@ -128,13 +143,24 @@ def test_run_killed_mid_epoch_resumes_at_the_next_batch(tmp_path, workers):
         fit_command(whole, *steps), cwd=REPO, env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    died = subprocess.run(
-        fit_command(killed, *steps, "--trainer.callbacks+=test_resume.DieAtStep",
-                    "--trainer.callbacks.at", "11"),
-        cwd=REPO, env=env, capture_output=True, text=True,
-    )  # fmt: skip
-    assert died.returncode == 9, died.stderr[-2000:]
     last = killed / "checkpoints" / "last.ckpt"
+    for death, resume in (
+        (["--checkpoint_every_n_steps", "7", "--trainer.callbacks+=test_resume.DieInValidation"],
+         []),
+        (["--trainer.callbacks+=test_resume.DieAtStep"], ["--ckpt_path", str(last)]),
+    ):  # fmt: skip
+        died = subprocess.run(
+            fit_command(killed, *steps, *resume, *death, "--trainer.callbacks.at", "7" if not
+                        resume else "11"),
+            cwd=REPO, env=env, capture_output=True, text=True,
+        )  # fmt: skip
+        assert died.returncode == 9, died.stderr[-2000:]
+        if not resume:
+            first = torch.load(last, weights_only=True)
+            assert first["global_step"] == 7 and first["DocDataModule"] == {
+                "epoch": 1,
+                "batches_done": 0,
+            }
     checkpoint = torch.load(last, weights_only=True)
     progress = checkpoint["loops"]["fit_loop"]["epoch_loop.batch_progress"]
     assert checkpoint["global_step"] == 9 and checkpoint["epoch"] == 1
