@@ -33,6 +33,7 @@ ends them if the server process is killed outright (SIGKILL).
 import ctypes
 import functools
 import gc
+import ipaddress
 import logging
 import multiprocessing
 import os
@@ -265,14 +266,16 @@ class JsonBodies:
         await self.app(scope, receive, send)
 
 
-# The names a request to a server on this machine's loopback interface may give as its Host.
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
-
-
 def is_loopback(host: str) -> bool:
-    """Whether ``host`` (the interface the server listens on) is reachable from this machine
-    only."""
-    return host in LOOPBACK_NAMES or host.startswith("127.")
+    """Whether ``host`` (an interface, or the name a request's Host gives) is this machine's
+    loopback: ``localhost`` or a loopback address (127.0.0.0/8, ::1). A name that merely starts
+    with "127." (``127.attacker.example``) is a name someone else's DNS answers for."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class RefuseWebPages:
@@ -284,7 +287,8 @@ class RefuseWebPages:
       itself (this server serves no pages, so in practice always).
     - On a loopback interface, a ``Host`` that is not a loopback name means a name resolved
       to 127.0.0.1 by someone else's DNS ("DNS rebinding"), through which a page could read the
-      answers and /info. Open to the network (``--host 0.0.0.0``), clients may use any name.
+      answers and /info. Open to the network (``--host 0.0.0.0``), clients elsewhere may use
+      any name; a connection from this machine is held to the loopback names still.
     """
 
     def __init__(self, app, loopback: bool) -> None:
@@ -293,7 +297,11 @@ class RefuseWebPages:
     async def __call__(self, scope, receive, send) -> None:
         if scope.get("type") == "http":
             headers = {k.lower(): v.decode("latin-1") for k, v in scope["headers"]}
-            reason = self._refusal(headers.get(b"host"), headers.get(b"origin"))
+            # A connection from this machine names it as this machine does, also when the
+            # server is open to the network: a page rebinding a name to 127.0.0.1 arrives so.
+            client = (scope.get("client") or ("",))[0]
+            loopback = self.loopback or is_loopback(client)
+            reason = self._refusal(headers.get(b"host"), headers.get(b"origin"), loopback)
             if reason is not None:
                 from starlette.responses import JSONResponse
 
@@ -302,13 +310,14 @@ class RefuseWebPages:
                 return
         await self.app(scope, receive, send)
 
-    def _refusal(self, host: str | None, origin: str | None) -> str | None:
-        if self.loopback and host is not None:
+    @staticmethod
+    def _refusal(host: str | None, origin: str | None, loopback: bool) -> str | None:
+        if loopback and host is not None:
             name = urlsplit(f"//{host}").hostname or ""
             if not is_loopback(name):
                 return (
-                    f"Host {host!r} is not this machine's loopback name; call the server as "
-                    "127.0.0.1 or localhost (or start it with --host 0.0.0.0 to serve by name)"
+                    f"Host {host!r} is not this machine's loopback name; from this machine, "
+                    "call the server as 127.0.0.1 or localhost"
                 )
         if origin is not None and urlsplit(origin).netloc != (host or ""):
             return (

@@ -319,13 +319,15 @@ def test_requests_from_web_pages_and_rebound_names_are_refused(server):
         ({"content-type": "text/plain", "origin": "https://evil.example"}, "Origin"),
         ({"origin": "null"}, "Origin"),
         ({"host": f"rebound.evil.example:{server}"}, "loopback name"),
+        ({"host": f"127.evil.example:{server}", "origin": f"http://127.evil.example:{server}"},
+         "loopback name"),
         ({"host": f"rebound.evil.example:{server}", "origin": f"http://rebound.evil.example:{server}"},
          "loopback name"),
     ]:  # fmt: skip
         status, answer = request(server, "POST", "/predict", body, headers)
         assert status == 403 and refused in answer["error"] and "\n" not in answer["error"]
         assert request(server, "GET", "/info", None, headers)[0] == 403
-    for host in (here, f"localhost:{server}", f"[::1]:{server}"):
+    for host in (here, f"localhost:{server}", f"[::1]:{server}", f"127.0.0.2:{server}"):
         assert request(server, "POST", "/predict", body, {"host": host})[0] == 200, host
     # A browser's same-origin request names the server itself: served.
     assert request(server, "POST", "/predict", body, {"origin": f"http://{here}"})[0] == 200
@@ -344,10 +346,15 @@ def test_a_server_open_to_the_network_serves_any_host_name_but_no_web_page():
 
     app = Starlette(routes=[Route("/predict", answer, methods=["POST"])])
     app.add_middleware(RefuseWebPages, loopback=False)
-    client = TestClient(app)
+    client = TestClient(app)  # a client on another machine
     assert client.post("/predict", headers={"host": "models.example:8000"}).status_code == 200
     refused = client.post("/predict", headers={"host": "models.example", "origin": "https://x.org"})
     assert refused.status_code == 403
+    # A page on this machine that rebound its name to 127.0.0.1: its Origin is its Host.
+    here = TestClient(app, client=("127.0.0.1", 50000))
+    rebound = {"host": "127.evil.example:8000", "origin": "http://127.evil.example:8000"}
+    assert here.post("/predict", headers=rebound).status_code == 403
+    assert here.post("/predict", headers={"host": "localhost:8000"}).status_code == 200
 
 
 def _other_addresses() -> set[str]:
