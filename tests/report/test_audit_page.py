@@ -61,8 +61,10 @@ def test_audit_page_escapes_every_word_and_links_each_entry(tmp_path):
     summary = _summary(1, [{"label": "<i>given</i>", "documents": 5, "flagged": 1}])
     summary["retrain"] = {
         "test_documents": 200, "removed": 1,
-        "baseline": {"accuracy": 0.955, "macro_f1": 0.95, "documents": 200, "train_documents": 9},
-        "cleaned": {"accuracy": 0.975, "macro_f1": 0.97, "documents": 200, "train_documents": 8},
+        "baseline": {"accuracy": 0.955, "macro_f1": 0.95, "documents": 200, "train_documents": 9,
+                     "val_documents": 3},
+        "cleaned": {"accuracy": 0.975, "macro_f1": 0.97, "documents": 200, "train_documents": 8,
+                    "val_documents": 3},
     }  # fmt: skip
     index = write_audit_report([entry], [record], summary, tmp_path / "report", UNMEASURED)
     page = index.read_text()
@@ -83,9 +85,10 @@ def test_audit_page_escapes_every_word_and_links_each_entry(tmp_path):
     # The re-training's two runs, each with its own figures, and what one test document weighs.
     table = re.search(r'<table class="small" id="retrain-table">(.*?)</table>', page, re.S)
     rows = re.findall(r"<tr><td>(.*?)</td><td class=\"num\">(\d+)</td><td class=\"num\">"
-                      r"([0-9.]+)</td>", table.group(1))  # fmt: skip
-    assert rows == [("every training document", "9", "0.9550"),
-                    ("without the flagged ones", "8", "0.9750")]  # fmt: skip
+                      r"(\d+)</td><td class=\"num\">([0-9.]+)</td>", table.group(1))  # fmt: skip
+    assert rows == [("the config's whole training and validation splits", "9", "3", "0.9550"),
+                    ("the same without the flagged ones", "8", "3", "0.9750")]  # fmt: skip
+    assert '<b id="retrain-removed">1</b> flagged document removed' in page
     assert "one document is 0.50 points of accuracy" in page
     # The page names the method of its words, and the document page opens on it.
     assert "conservative propagation" in re.search(r'id="contrast-method">(.*?)<', page).group(1)
