@@ -269,19 +269,25 @@ def test_a_class_label_stream_is_read_by_label_names_not_its_numbering(tmp_path)
         assert label == held_out_index[own_order[ids]]
 
 
+def stream_datamodule(root: Path, **options) -> DocDataModule:
+    """The module's stream (its held-out file for validation and test) in a DataModule."""
+    return DocDataModule(
+        source=str(root / "held_out.jsonl"),
+        stream=str(root / "train-*.jsonl"),
+        tokenizer=TokenizerSpec(vocab_size=300),
+        max_tokens=None,
+        tokenizer_documents=200,
+        **options,
+    )
+
+
 @pytest.mark.fault(
     "DataLoader workers started with spawn (macOS; Linux from Python 3.14) on a streamed set",
     "the stream pickles into every worker; together they read every document once",
 )
 def test_streamed_training_set_runs_in_spawned_workers(corpus):
     root, rows = corpus
-    datamodule = DocDataModule(
-        source=str(root / "held_out.jsonl"),
-        stream=str(root / "train-*.jsonl"),
-        tokenizer=TokenizerSpec(vocab_size=300),
-        max_tokens=None,
-        tokenizer_documents=200,
-    )
+    datamodule = stream_datamodule(root)
     dataset = datamodule.train_dataloader().dataset
     pickle.dumps(dataset)  # what spawn does with it first
     loader = DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context="spawn")
@@ -297,15 +303,7 @@ def test_streamed_training_set_runs_in_spawned_workers(corpus):
 )
 def test_spawned_workers_read_their_ranks_share_of_the_stream(corpus):
     root, rows = corpus
-    datamodule = DocDataModule(
-        source=str(root / "held_out.jsonl"),
-        stream=str(root / "train-*.jsonl"),
-        tokenizer=TokenizerSpec(vocab_size=300),
-        max_tokens=None,
-        tokenizer_documents=200,
-        num_workers=1,
-        steps_per_epoch=4,
-    )
+    datamodule = stream_datamodule(root, num_workers=1, steps_per_epoch=4)
     shares = []
     for rank in (0, 1):
         # What the datamodule reads of the trainer when it builds the loader.

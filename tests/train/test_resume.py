@@ -77,8 +77,10 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run(tmp_path):
 class BatchLog(Callback):
     """Appends every training batch's document rows and step to ``batches.jsonl``."""
 
+    column = "index"  # the batch's rows in their split
+
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        record = {"step": trainer.global_step, "rows": batch["index"].tolist()}
+        record = {"step": trainer.global_step, "rows": batch[self.column].tolist()}
         with open(os.path.join(trainer.default_root_dir, "batches.jsonl"), "a") as log:
             log.write(json.dumps(record) + "\n")
 
@@ -94,13 +96,10 @@ class DieAtStep(Callback):
             os._exit(9)
 
 
-class StreamBatchLog(Callback):
+class StreamBatchLog(BatchLog):
     """:class:`BatchLog` for a stream, whose documents have no row index: the token ids."""
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        record = {"step": trainer.global_step, "rows": batch["input_ids"].tolist()}
-        with open(os.path.join(trainer.default_root_dir, "batches.jsonl"), "a") as log:
-            log.write(json.dumps(record) + "\n")
+    column = "input_ids"
 
 
 class DieInValidation(Callback):
