@@ -273,9 +273,11 @@ def is_loopback(host: str) -> bool:
     if host.lower() == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    # ::ffff:127.0.0.1 is 127.0.0.1 as a dual-stack socket reports it.
+    return (getattr(address, "ipv4_mapped", None) or address).is_loopback
 
 
 class RefuseWebPages:
@@ -287,8 +289,9 @@ class RefuseWebPages:
       itself (this server serves no pages, so in practice always).
     - On a loopback interface, a ``Host`` that is not a loopback name means a name resolved
       to 127.0.0.1 by someone else's DNS ("DNS rebinding"), through which a page could read the
-      answers and /info. Open to the network (``--host 0.0.0.0``), clients elsewhere may use
-      any name; a connection from this machine is held to the loopback names still.
+      answers and /info. Open to the network (``--host 0.0.0.0``), clients may use any name
+      (the machine's own, 0.0.0.0 as uvicorn prints it, a proxy's), so that check is off: a
+      server open to the network is open to a page that rebinds a name to it.
     """
 
     def __init__(self, app, loopback: bool) -> None:
@@ -297,11 +300,7 @@ class RefuseWebPages:
     async def __call__(self, scope, receive, send) -> None:
         if scope.get("type") == "http":
             headers = {k.lower(): v.decode("latin-1") for k, v in scope["headers"]}
-            # A connection from this machine names it as this machine does, also when the
-            # server is open to the network: a page rebinding a name to 127.0.0.1 arrives so.
-            client = (scope.get("client") or ("",))[0]
-            loopback = self.loopback or is_loopback(client)
-            reason = self._refusal(headers.get(b"host"), headers.get(b"origin"), loopback)
+            reason = self._refusal(headers.get(b"host"), headers.get(b"origin"), self.loopback)
             if reason is not None:
                 from starlette.responses import JSONResponse
 
