@@ -187,6 +187,8 @@ class DocDataModule(pl.LightningDataModule):
         self._tokenized: dict[str, datasets.Dataset] = {}
         # (epoch, batches of it done) where the checkpoint being resumed left training.
         self._resume_at: tuple[int, int] | None = None
+        # (epoch, batches of it done, batches trained in all) of the checkpoint resumed.
+        self._position_anchor: tuple[int, int, int] | None = None
 
     # -- sizes the model needs before training starts (linked by the CLI) -------------------
     @property
@@ -554,12 +556,21 @@ class DocDataModule(pl.LightningDataModule):
             if batches.is_last_batch:  # the stream's end reached: the next epoch starts whole
                 return {"epoch": epoch + 1, "batches_done": 0}
             return {"epoch": epoch, "batches_done": batches.current.processed}
-        epoch, done = divmod(loop.epoch_loop.batch_progress.total.processed, int(per_epoch))
-        return {"epoch": epoch, "batches_done": done}
+        trained = loop.epoch_loop.batch_progress.total.processed
+        # Counted on from where the checkpoint this run resumed left off (the start, for a new
+        # run): an earlier run may have had other epochs (limit_train_batches, another batch
+        # size), and dividing the whole total by this run's epoch put an extended run's epoch
+        # end five batches into the epoch before.
+        epoch, done, at = self._position_anchor or (0, 0, 0)
+        epoch, done = divmod(epoch * int(per_epoch) + done + trained - at, int(per_epoch))
+        return {"epoch": epoch, "batches_done": done, "batches_trained": trained}
 
     def load_state_dict(self, state_dict: dict[str, int]) -> None:
         if state_dict:
             self._resume_at = (state_dict["epoch"], state_dict["batches_done"])
+            # A checkpoint of an earlier docclass has no count: the total is divided as is.
+            if "batches_trained" in state_dict:
+                self._position_anchor = (*self._resume_at, state_dict["batches_trained"])
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val", train=False)

@@ -71,7 +71,31 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_run(tmp_path):
     for name, tensor in weights_a.items():
         torch.testing.assert_close(weights_b[name], tensor, rtol=0, atol=0, msg=name)
     # The epoch-end checkpoint named the next epoch: how the resumed loader got its order.
-    assert checkpoint["DocDataModule"] == {"epoch": checkpoint["epoch"] + 1, "batches_done": 0}
+    assert position(checkpoint) == (checkpoint["epoch"] + 1, 0)
+
+
+def position(checkpoint: dict) -> tuple[int, int] | None:
+    """Where a checkpoint says training resumes: (epoch, batches of it done)."""
+    state = checkpoint.get("DocDataModule") or {}
+    return (state["epoch"], state["batches_done"]) if state else None
+
+
+def test_an_extended_run_counts_its_epochs_from_where_it_resumed(tmp_path):
+    """A run extended with other epochs (here: limit_train_batches dropped) places its epoch's
+    end at the next epoch's start, not the total divided by its own epoch's batches."""
+    from docclass.cli import main
+
+    settings = [
+        "fit", "--config", str(CONFIGS / "tiny.yaml"), "--report_after_fit", "false",
+        "--test_after_fit", "false", "--trainer.default_root_dir", str(tmp_path),
+    ]  # fmt: skip
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    main([*settings, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "5"])
+    assert position(torch.load(last, weights_only=True)) == (1, 0)
+    main([*settings, "--trainer.max_epochs", "2", "--ckpt_path", str(last)])
+    extended = torch.load(last, weights_only=True)
+    assert extended["global_step"] == 5 + 7  # tiny.yaml: 7 batches an epoch
+    assert position(extended) == (2, 0)
 
 
 class BatchLog(Callback):
@@ -156,15 +180,12 @@ def test_run_killed_mid_epoch_resumes_at_the_next_batch(tmp_path, workers):
         assert died.returncode == 9, died.stderr[-2000:]
         if not resume:
             first = torch.load(last, weights_only=True)
-            assert first["global_step"] == 7 and first["DocDataModule"] == {
-                "epoch": 1,
-                "batches_done": 0,
-            }
+            assert first["global_step"] == 7 and position(first) == (1, 0)
     checkpoint = torch.load(last, weights_only=True)
     progress = checkpoint["loops"]["fit_loop"]["epoch_loop.batch_progress"]
     assert checkpoint["global_step"] == 9 and checkpoint["epoch"] == 1
     assert not progress["is_last_batch"], "not a mid-epoch checkpoint"
-    assert checkpoint["DocDataModule"] == {"epoch": 1, "batches_done": 2}
+    assert position(checkpoint) == (1, 2)
 
     resumed = subprocess.run(
         fit_command(killed, *steps, "--ckpt_path", str(last)),
@@ -240,8 +261,7 @@ def test_killed_streamed_run_resumes_with_the_batches_of_an_uninterrupted_run(tm
         assert not differing, f"{where}: steps {differing} differ from the uninterrupted run"
     # What carried the position (checked last, so an older run's failure shows the batches).
     for where, (path, _, batches_done) in checkpoints.items():
-        state = torch.load(path, weights_only=True).get("DocDataModule")
-        assert state == {"epoch": 1, "batches_done": batches_done}, where
+        assert position(torch.load(path, weights_only=True)) == (1, batches_done), where
 
 
 class PoisonWeights(Callback):
