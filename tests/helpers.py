@@ -245,14 +245,20 @@ class RankMetrics(pl.Callback):
     """Writes what each rank sees at the end of fit, ``<root>/rank<r>.json`` (named by class
     path in DDP tests, whose processes get ``PYTHONPATH=tests``), with the last validation
     pass's scores worked out here from every rank's predictions, once per document:
-    ``recomputed/val_documents``, ``recomputed/val_acc`` and ``recomputed/val_f1``."""
+    ``recomputed/val_documents``, ``recomputed/val_acc``, ``recomputed/val_f1`` and
+    ``recomputed/val_loss`` (cross-entropy with the module's label smoothing, from the
+    probabilities)."""
 
     def on_validation_epoch_start(self, trainer, pl_module) -> None:
         self._rows: list[tuple] = []
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, *_) -> None:
-        columns = (outputs[key].tolist() for key in ("index", "preds", "labels"))
-        self._rows.extend(zip(*columns, strict=True))
+        smoothing = pl_module.hparams.label_smoothing
+        log_probs = outputs["probs"].double().log()
+        own = log_probs.gather(1, outputs["labels"][:, None])[:, 0]
+        losses = -(1 - smoothing) * own - smoothing * log_probs.mean(dim=1)
+        columns = [outputs[key].tolist() for key in ("index", "preds", "labels")]
+        self._rows.extend(zip(*columns, losses.tolist(), strict=True))
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         from docclass.metrics import classification_scores
@@ -261,16 +267,17 @@ class RankMetrics(pl.Callback):
         if torch.distributed.is_initialized():
             rows = [None] * torch.distributed.get_world_size()
             torch.distributed.all_gather_object(rows, self._rows)
-        once = {index: (pred, label) for part in rows for index, pred, label in part}
+        once = {index: (pred, label, loss) for part in rows for index, pred, label, loss in part}
         n = pl_module.hparams.num_classes
         matrix = np.zeros((n, n), dtype=int)
-        for pred, label in once.values():
+        for pred, label, _ in once.values():
             matrix[label, pred] += 1
         scores = classification_scores(matrix)
         self._recomputed = {
             "recomputed/val_documents": len(once),
             "recomputed/val_acc": scores["accuracy"],
             "recomputed/val_f1": scores["macro_f1"],
+            "recomputed/val_loss": float(np.mean([loss for _, _, loss in once.values()])),
         }
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -42,6 +42,7 @@ def test_two_process_ddp_fit_trains_tests_and_reports_once(tmp_path):
         assert seen["recomputed/val_documents"] == metrics["data"]["val_documents"]
         assert seen["val/acc"] == pytest.approx(seen["recomputed/val_acc"], abs=1e-6)
         assert seen["val/f1"] == pytest.approx(seen["recomputed/val_f1"], abs=1e-6)
+        assert seen["val/loss"] == pytest.approx(seen["recomputed/val_loss"], abs=1e-5)
     assert metrics["val"]["acc"] == ranks[0]["val/acc"]
     # Metrics cover the whole test split once, not rank 0's shard (or the sampler's repeats).
     assert metrics["test"]["n_documents"] == metrics["data"]["test_documents"]
