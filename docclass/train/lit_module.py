@@ -55,13 +55,13 @@ def _check_training_settings(settings: Mapping[str, Any]) -> None:
 
 
 def _stage_metrics(num_classes: int) -> torch.nn.ModuleDict:
-    # The validation metrics are computed once per epoch, on every rank, from the split's rows
-    # gathered once per document (DocClassifierModule.on_validation_epoch_end): syncing them
-    # again would count each rank's figures twice.
+    # Computed once per epoch, on every rank, from the split's rows gathered once per document
+    # (DocClassifierModule._log_once_per_document): syncing them again would count each rank's
+    # figures twice.
     return torch.nn.ModuleDict(
         {
             f"{stage}_{name}": metric(
-                num_classes=num_classes, average=average, sync_on_compute=stage != "val"
+                num_classes=num_classes, average=average, sync_on_compute=False
             )
             for stage in ("val", "test")
             for name, metric, average in (
@@ -276,8 +276,9 @@ class DocClassifierModule(pl.LightningModule):
         self.tokenizer_json: str | None = None
         self.label_names: list[str] = []
         self.max_tokens: int | None = None
-        # This validation pass's rows on this rank: (index, loss, prediction, label) per batch.
-        self._val_rows: list[tuple[torch.Tensor, ...]] = []
+        # This evaluation pass's rows on this rank, by stage: (index, loss, prediction, label)
+        # per batch.
+        self._rows: dict[str, list[tuple[torch.Tensor, ...]]] = {"val": [], "test": []}
 
     def _build_model(self, encoder: str | None, freeze_encoder: bool) -> None:
         # The model's own settings are the subset of these arguments that ModelConfig names.
@@ -417,21 +418,11 @@ class DocClassifierModule(pl.LightningModule):
         return loss
 
     def _evaluate(self, batch: dict[str, torch.Tensor], stage: str) -> dict[str, torch.Tensor]:
-        if stage == "val":
-            # Kept per document and logged at the epoch's end (on_validation_epoch_end): under
-            # DDP the sampler repeats a few documents so that every rank's share is equal.
-            losses, logits = self._shared_step(batch, split=stage, reduction="none")
-            preds = logits.argmax(dim=-1)
-            self._val_rows.append((batch["index"], losses.detach(), preds, batch["labels"]))
-        else:
-            loss, logits = self._shared_step(batch, split=stage)
-            preds = logits.argmax(dim=-1)
-            batch_size = len(batch["labels"])
-            self.log(f"{stage}/loss", loss, prog_bar=True, batch_size=batch_size, sync_dist=True)
-            for name in ("acc", "f1"):
-                metric = self.metrics[f"{stage}_{name}"]
-                metric(preds, batch["labels"])
-                self.log(f"{stage}/{name}", metric, prog_bar=name == "acc", batch_size=batch_size)
+        # Kept per document and logged at the epoch's end (_log_once_per_document): under DDP
+        # the sampler repeats a few documents so that every rank's share is equal.
+        losses, logits = self._shared_step(batch, split=stage, reduction="none")
+        preds = logits.argmax(dim=-1)
+        self._rows[stage].append((batch["index"], losses.detach(), preds, batch["labels"]))
         return {
             "preds": preds,
             "labels": batch["labels"],
@@ -440,13 +431,23 @@ class DocClassifierModule(pl.LightningModule):
         }
 
     def on_validation_epoch_start(self) -> None:
-        self._val_rows = []
+        self._rows["val"] = []
+
+    def on_test_epoch_start(self) -> None:
+        self._rows["test"] = []
 
     def on_validation_epoch_end(self) -> None:
-        """Logs val/loss, val/acc and val/f1 over every validation document once, the same on
-        every rank (EarlyStopping and the checkpoints read them on each): the ranks' rows are
-        gathered and the documents the distributed sampler repeated are dropped."""
-        rows, self._val_rows = self._val_rows, []
+        self._log_once_per_document("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_once_per_document("test")
+
+    def _log_once_per_document(self, stage: str) -> None:
+        """Logs ``<stage>/loss``, ``/acc`` and ``/f1`` over every document of the split once,
+        the same on every rank (EarlyStopping and the checkpoints read them on each): the
+        ranks' rows are gathered and the documents the distributed sampler repeated are
+        dropped."""
+        rows, self._rows[stage] = self._rows[stage], []
         if rows:
             columns = [torch.cat(column).cpu() for column in zip(*rows, strict=True)]
         else:  # a rank with no batch still joins the gather
@@ -460,12 +461,12 @@ class DocClassifierModule(pl.LightningModule):
         # Every rank holds the same figures: "max" merely keeps them exact through Lightning's
         # sync (which it asks for when a rank logs an epoch's figure in a distributed run).
         logged = {"sync_dist": True, "reduce_fx": "max"}
-        self.log("val/loss", losses.mean(), prog_bar=True, **logged)
+        self.log(f"{stage}/loss", losses.mean(), prog_bar=True, **logged)
         for name in ("acc", "f1"):
-            metric = self.metrics[f"val_{name}"]  # not synced: these rows are every rank's
+            metric = self.metrics[f"{stage}_{name}"]  # not synced: these rows are every rank's
             metric.reset()
             metric.update(preds, labels)
-            self.log(f"val/{name}", metric.compute(), prog_bar=name == "acc", **logged)
+            self.log(f"{stage}/{name}", metric.compute(), prog_bar=name == "acc", **logged)
             metric.reset()
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict:
