@@ -114,6 +114,47 @@ class RandomState(pl.Callback):
         self._set_again_at_train_start = False
 
 
+class EpochEndResume(pl.Callback):
+    """Makes a run with ``trainer.max_steps`` resume from an epoch-end checkpoint into the next
+    epoch, as a run without it does.
+
+    Lightning 2.6 treats every restart of a step-limited run as a restart inside an epoch.
+    From a checkpoint written at an epoch's end (the epoch counted as processed, not yet as
+    completed, its last batch done) it then finishes that epoch a second time: the epoch
+    counter moves on by one with no batch trained. With ``--trainer.max_epochs 2`` the
+    resumed run stopped at once, "max_epochs=2 reached", after one epoch of training. Such a
+    checkpoint is marked here as of a completed epoch whose batches are all behind it, which
+    is the state Lightning starts the next epoch from; the weights and batches then match an
+    uninterrupted run's. Checkpoints written inside an epoch resume rightly and are left alone.
+    """
+
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        fit = checkpoint.get("loops", {}).get("fit_loop")
+        if trainer.max_steps == -1 or not fit:
+            return
+        epochs, batches = fit["epoch_progress"], fit["epoch_loop.batch_progress"]
+        total = epochs["total"]
+        at_epoch_end = (
+            total["ready"] == total["started"] == total["processed"] == total["completed"] + 1
+        )
+        if not (at_epoch_end and batches["is_last_batch"]):
+            return
+        for counters in (epochs["total"], epochs["current"]):
+            counters["completed"] = counters["processed"]
+        # The per-epoch counters of the next epoch start at zero; the totals carry on.
+        optimizer = fit["epoch_loop.automatic_optimization.optim_progress"]["optimizer"]
+        for counters in (
+            batches["current"],
+            fit["epoch_loop.scheduler_progress"]["current"],
+            optimizer["step"]["current"],
+            optimizer["zero_grad"]["current"],
+        ):
+            counters.update(dict.fromkeys(counters, 0))
+        batches["is_last_batch"] = False
+
+
 def _set_generators(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():

@@ -22,6 +22,7 @@ from docclass.artifacts.encoders import encoder_model_settings, locate_encoder
 from docclass.artifacts.load import verify_checkpoint
 from docclass.errors import ConfigError
 from docclass.train.callbacks import (
+    EpochEndResume,
     PredictionWriter,
     RandomState,
     RunReport,
@@ -177,6 +178,7 @@ class TrainingCLI(LightningCLI):
                 RunReport(run_config),
                 PredictionWriter(),
                 RandomState(),
+                EpochEndResume(),
                 StopOnNonFiniteLoss(),
             ],
         )

@@ -202,6 +202,40 @@ def test_run_killed_mid_epoch_resumes_at_the_next_batch(tmp_path, workers):
 
 
 @pytest.mark.fault(
+    "a run with `trainer.max_steps` killed after an epoch's end",
+    "resumes into the next epoch: the batches and final weights of an uninterrupted run "
+    "(Lightning alone finished the checkpoint's epoch again and trained nothing)",
+)
+def test_a_step_limited_run_resumes_from_an_epoch_end_into_the_next_epoch(tmp_path):
+    paths = [REPO, REPO / "tests", REPO / "tests" / "train"]
+    env = {**ENV, "PYTHONPATH": os.pathsep.join(map(str, paths))}
+    steps = ["--trainer.max_epochs", "2", "--trainer.max_steps", "100", "--test_after_fit",
+             "false", "--trainer.callbacks+=test_resume.BatchLog"]  # fmt: skip
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    last = killed / "checkpoints" / "last.ckpt"
+    for run_dir, extra, code in (
+        (whole, [], 0),
+        # Dies as step 8 starts: last.ckpt is epoch 0's end (7 batches an epoch in tiny.yaml).
+        (killed, ["--trainer.callbacks+=test_resume.DieAtStep", "--trainer.callbacks.at", "8"],
+         9),
+        (killed, ["--ckpt_path", str(last)], 0),
+    ):  # fmt: skip
+        ran = subprocess.run(
+            fit_command(run_dir, *steps, *extra), cwd=REPO, env=env, capture_output=True,
+            text=True,
+        )  # fmt: skip
+        assert ran.returncode == code, ran.stderr[-2000:]
+        if code:
+            assert torch.load(last, weights_only=True)["global_step"] == 7
+    assert read_batches(killed) == read_batches(whole)
+    weights_a = torch.load(whole / "checkpoints" / "last.ckpt", weights_only=True)
+    weights_b = torch.load(last, weights_only=True)
+    assert weights_b["global_step"] == weights_a["global_step"] == 14
+    for name, tensor in weights_a["state_dict"].items():
+        torch.testing.assert_close(weights_b["state_dict"][name], tensor, rtol=0, atol=0)
+
+
+@pytest.mark.fault(
     "a streamed training run (`data.stream`) killed at an epoch's end or inside one",
     "resumes in that epoch's shuffle at the next batch: the batches of an uninterrupted run, "
     "none replayed or skipped",
