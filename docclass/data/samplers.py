@@ -4,14 +4,14 @@ of similar length with a fixed count per epoch and per rank."""
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Iterator, Sequence
 
 import torch
-from torch.utils.data import BatchSampler, Sampler, SequentialSampler
+from torch.utils.data import BatchSampler, DistributedSampler, Sampler, SequentialSampler
 
 from docclass.data.batching import length_batches
+from docclass.errors import ConfigError
 
 
 class EpochShuffleSampler(Sampler[int]):
@@ -43,24 +43,32 @@ class EpochShuffleSampler(Sampler[int]):
 class BucketBatchSampler(BatchSampler):
     """Batches of similar length from any index sampler, through :func:`length_batches`.
 
-    Indices come from ``sampler`` (random, sequential or distributed); each run of
+    Indices come from ``sampler`` (random or sequential, over the whole split); each run of
     ``bucket_batches · batch_size`` of them is cut into batches by :func:`length_batches`, and
     the batches are yielded in an order shuffled by ``seed`` (or kept, for evaluation).
 
-    With ``max_batch_tokens`` the number of batches depends on which documents share a window,
-    so it changes with the shuffle, and it differs between DDP ranks. Lightning reads
-    ``len(self)`` once per fit: an epoch with more batches would lose its last ones, and a rank
-    that finished early would leave the others waiting in the gradient all-reduce. So the
-    length is a bound that holds for every epoch and every rank (:meth:`_share_bound`), and each
-    epoch splits its largest batches in two until it has that many: every document still
-    comes once per epoch, within the budget, at the cost of a few more, smaller steps: 131
-    where BBC's 1,699 training documents (16 a batch, 8,192 tokens, three windows) give 125
-    to 127. The bound is the count itself when the count cannot change: a share that fits in
-    one window, or one the sampler gives in the same order every epoch (sequential, unshuffled
-    distributed).
+    With several processes (DDP), every rank cuts the same epoch of the whole split and takes
+    every ``world_size``-th batch from its ``rank`` on: rank r trains at step s the batch a
+    single process takes at step ``s·world_size + r``, so ``data.seed`` orders the epoch on any
+    number of devices, and each document comes once per epoch, on one rank. (Lightning's own
+    distributed sampler would replace this sampler's order with one seeded by the global seed,
+    and give each rank a share that changes every epoch, whose batch count under a token
+    budget can only be bounded loosely: 98 batches where 74 to 76 were cut.)
+
+    Ranks must step together, and Lightning reads ``len(self)`` once per fit: an epoch with
+    more batches would lose its last ones. With ``max_batch_tokens`` the number of batches
+    depends on which documents share a window, so it changes with the shuffle. So the length
+    is a bound that holds for every epoch (:meth:`_share_bound`), rounded up to a multiple of
+    ``world_size``, and each epoch splits its largest batches in two until it has that many:
+    every document still comes once per epoch, within the budget, at the cost of a few more,
+    smaller steps: 131 where BBC's 1,699 training documents (16 a batch, 8,192 tokens, three
+    windows) give 125 to 127. The bound is the count itself when the count cannot change: a
+    split that fits in one window, or one the sampler gives in the same order every epoch.
 
     Args:
-        sampler: where indices come from; Lightning swaps in a distributed one under DDP.
+        sampler: where the split's indices come from, each epoch; not a distributed sampler
+            (ranks share the batches here), so under DDP the trainer runs with
+            ``use_distributed_sampler=False``.
         batch_size: documents per batch (the most, with a token budget).
         drop_last: drop each window's last short batch (without a token budget).
         lengths: token count of every document, by index.
@@ -69,10 +77,12 @@ class BucketBatchSampler(BatchSampler):
         seed: seed for that shuffle.
         max_batch_tokens: most padded tokens per batch; None cuts by ``batch_size`` alone.
         resume_at: ``(epoch, batches_done)`` of a resumed run (``batches_done`` is 0 after a
-            checkpoint at an epoch's end): the first iteration yields that epoch's batches from
-            ``batches_done`` on. An init argument rather than a setter because under DDP
-            Lightning rebuilds the batch sampler from its init arguments around a distributed
-            sampler.
+            checkpoint at an epoch's end, and counts this rank's batches): the first iteration
+            yields that epoch's batches from ``batches_done`` on. An init argument rather than
+            a setter because Lightning rebuilds the batch sampler from its init arguments (to
+            track prediction indices).
+        rank: this process's rank among ``world_size``.
+        world_size: processes sharing each epoch (1 without DDP).
     """
 
     def __init__(
@@ -86,7 +96,17 @@ class BucketBatchSampler(BatchSampler):
         seed: int = 0,
         max_batch_tokens: int | None = None,
         resume_at: tuple[int, int] | None = None,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
+        if isinstance(sampler, DistributedSampler):
+            # Lightning's injected sampler: each rank would deal batches out of its own share.
+            raise ConfigError(
+                "the length-bucketing batch sampler shares batches between processes itself; "
+                "run the trainer with use_distributed_sampler=False (docclass fit does)"
+            )
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not one of world_size {world_size} processes")
         super().__init__(sampler, batch_size, drop_last)
         self.lengths = lengths
         self.bucket_batches = bucket_batches
@@ -94,6 +114,7 @@ class BucketBatchSampler(BatchSampler):
         self.seed = seed
         self.max_batch_tokens = max_batch_tokens
         self.resume_at = resume_at
+        self.rank, self.world_size = rank, world_size
         self.epoch = 0
         self._length: int | None = None  # the same every epoch, so worked out once
 
@@ -139,47 +160,24 @@ class BucketBatchSampler(BatchSampler):
         """
         if ordered or len(share) <= self.bucket_batches * self.batch_size:
             return len(self._batches(share))
-        return self._weight_bound(
-            sum(1 / self._capacity(self.lengths[i]) for i in share), len(share)
-        )
-
-    def _weight_bound(self, weight: float, documents: int) -> int:
-        windows = -(-documents // (self.bucket_batches * self.batch_size))
+        weight = sum(1 / self._capacity(self.lengths[i]) for i in share)
+        windows = -(-len(share) // (self.bucket_batches * self.batch_size))
         # The epsilon only ever raises the bound: float sums must not round it below a count.
-        return min(documents, math.floor(weight + windows * math.log(self.batch_size) + 1e-9))
+        return min(len(share), math.floor(weight + windows * math.log(self.batch_size) + 1e-9))
 
-    def _shuffled_share_bound(self) -> int:
-        """The bound for a shuffled ``DistributedSampler``, whose rank shares change every
-        epoch: no share holds longer documents than the ``num_samples`` longest (each as often
-        as the sampler's padding can repeat it), and longer documents never make fewer batches.
-        Loose over several windows (98 batches where a simulated epoch needs 73 to 76);
-        Lightning wraps the datamodule's sampler in an unshuffled one."""
-        repeats = -(-self.sampler.total_size // len(self.lengths))
-        longest = sorted(self.lengths, reverse=True)
-        share = [n for n in longest for _ in range(repeats)][: self.sampler.num_samples]
-        if len(share) <= self.bucket_batches * self.batch_size:
-            return len(length_batches(share, self.batch_size, self.max_batch_tokens))
-        return self._weight_bound(sum(1 / self._capacity(n) for n in share), len(share))
-
-    def _budget_length(self) -> int:
-        """The batches every rank yields every epoch under a token budget: the largest bound."""
+    def _epoch_length(self) -> int:
+        """The batches every epoch is cut or split into, over all ranks: a multiple of
+        ``world_size``, so that every rank yields ``len(self)``."""
         if self._length is None:
-            replicas = getattr(self.sampler, "num_replicas", 1)
-            if replicas > 1 and getattr(self.sampler, "shuffle", False):
-                self._length = self._shuffled_share_bound()
-            elif replicas == 1:
+            if self.max_batch_tokens:
                 # The sampler yields the same documents every epoch, in a new order (random)
                 # or the same one (sequential).
                 ordered = isinstance(self.sampler, SequentialSampler)
-                self._length = self._share_bound(list(self.sampler), ordered)
+                count = self._share_bound(list(self.sampler), ordered)
             else:
-                # An unshuffled distributed sampler gives each rank the same share every epoch.
-                bounds = []
-                for rank in range(replicas):
-                    share = copy.copy(self.sampler)
-                    share.rank = rank
-                    bounds.append(self._share_bound(list(share), ordered=True))
-                self._length = max(bounds)
+                # Windows hold whole batches, so only the last one can be short: fixed.
+                count = super().__len__()
+            self._length = -(-count // self.world_size) * self.world_size
         return self._length
 
     def _split_to(self, batches: list[list[int]], wanted: int) -> list[list[int]]:
@@ -192,8 +190,8 @@ class BucketBatchSampler(BatchSampler):
             largest = max(range(len(batches)), key=lambda b: len(batches[b]))
             batch = batches[largest]
             if len(batch) == 1:
-                # Only a share smaller than another rank's runs out of documents to split: it
-                # repeats its first batches, so that it still steps with the other ranks.
+                # Fewer documents than ranks: the first batches come again, so that every rank
+                # still steps with the others (evaluation counts each document once).
                 while batches and len(batches) < wanted:
                     batches += batches[: wanted - len(batches)]
                 break
@@ -212,13 +210,10 @@ class BucketBatchSampler(BatchSampler):
             if hasattr(self.sampler, "set_epoch"):
                 self.sampler.set_epoch(epoch)
         batches = self._batches(list(self.sampler))
-        if self.max_batch_tokens:
-            batches = self._split_to(batches, self._budget_length())
+        if self.max_batch_tokens or self.world_size > 1:
+            batches = self._split_to(batches, self._epoch_length())
         # Lightning counts the batches done as fetched already and stops at len(self).
-        yield from batches[done:]
+        yield from batches[self.rank :: self.world_size][done:]
 
     def __len__(self) -> int:
-        if self.max_batch_tokens:
-            return self._budget_length()
-        # Windows hold whole batches, so only the last one can be short: the count is fixed.
-        return super().__len__()
+        return self._epoch_length() // self.world_size

@@ -47,8 +47,8 @@ def machine_summary() -> dict[str, Any]:
 def gather_by_document(indices: torch.Tensor, *columns: torch.Tensor) -> list[np.ndarray]:
     """Every rank's rows, once per document, in document order (the local rows without DDP).
 
-    Under DDP each rank evaluates its own shard, and the distributed sampler repeats a few
-    documents so that shards are equal: metrics from one rank, or from all rows, would be wrong.
+    Under DDP each rank evaluates its own batches, and a split of fewer documents than ranks
+    repeats some so that every rank steps: metrics from one rank, or from all rows, would be wrong.
     """
     local = [indices.numpy(), *(column.numpy() for column in columns)]
     if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -431,7 +431,7 @@ class PredictionWriter(BasePredictionWriter):
             print(f"predictions → {self.resolved_path}")
 
     def _merge_shards(self, world_size: int) -> None:
-        """One file in split order; the distributed sampler's repeated documents appear once."""
+        """One file in split order; repeated documents appear once."""
         by_index: dict[int, dict] = {}
         shards = [self._rank_path(self.resolved_path, rank) for rank in range(world_size)]
         for shard in shards:

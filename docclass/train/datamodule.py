@@ -505,6 +505,7 @@ class DocDataModule(pl.LightningDataModule):
             sampler = EpochShuffleSampler(len(dataset), self.seed)
         else:
             sampler = SequentialSampler(dataset)
+        trainer = getattr(self, "trainer", None)
         batch_sampler = BucketBatchSampler(
             sampler,
             self.batch_size if train else self.eval_batch_size,
@@ -514,6 +515,10 @@ class DocDataModule(pl.LightningDataModule):
             seed=self.seed,
             max_batch_tokens=self.max_batch_tokens if train else None,
             resume_at=resume_at,
+            # Under DDP each rank takes its turn of the whole split's batches (every split:
+            # evaluation and prediction gather their rows from every rank).
+            rank=trainer.global_rank if trainer else 0,
+            world_size=trainer.world_size if trainer else 1,
         )
         return DataLoader(
             dataset,

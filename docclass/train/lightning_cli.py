@@ -182,6 +182,10 @@ class TrainingCLI(LightningCLI):
                 StopOnNonFiniteLoss(),
             ],
         )
+        # The batch sampler deals each epoch's batches to the ranks itself (data.seed orders
+        # them); Lightning's distributed sampler would replace that order with its own and
+        # shard every rank's share twice. Not a setting: docclass's loaders need it off.
+        kwargs["use_distributed_sampler"] = False
         if not trainer_config.get("plugins"):
             kwargs.setdefault("plugins", [AtomicCheckpointIO()])
         if trainer_config.get("logger") in (None, True):

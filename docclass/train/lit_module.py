@@ -445,7 +445,7 @@ class DocClassifierModule(pl.LightningModule):
     def _log_once_per_document(self, stage: str) -> None:
         """Logs ``<stage>/loss``, ``/acc`` and ``/f1`` over every document of the split once,
         the same on every rank (EarlyStopping and the checkpoints read them on each): the
-        ranks' rows are gathered and the documents the distributed sampler repeated are
+        ranks' rows are gathered and the documents the batch sampler repeated are
         dropped."""
         rows, self._rows[stage] = self._rows[stage], []
         if rows:
