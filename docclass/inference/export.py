@@ -27,6 +27,7 @@ from docclass.inference.model_facts import (
     run_dir_of,
 )
 from docclass.interpret.default_method import DefaultMethod
+from docclass.interpret.methods import score_rules
 from docclass.report.model_card import model_card
 
 # Built-in sources whose language and hub dataset are known.
@@ -67,6 +68,14 @@ def run_facts(run_dir: Path | None, fingerprint: str) -> dict[str, Any]:
     if model_settings.get("encoder"):
         facts["started_from"] = model_settings["encoder"]
     facts["faithfulness"] = faithfulness_tables(run_dir / "report", fingerprint)
+    # The rules these tables' scores, and so the default chosen from them, were measured
+    # under: a later docclass whose methods score otherwise does not take the choice as its own.
+    facts["score_rules"] = score_rules()
+    report = measured_on(read_json(run_dir / "report" / "report.json"), fingerprint) or {}
+    if report.get("faithfulness") and report.get("scores") != score_rules():
+        # Measured on these weights, but of scores other rules made: the default's reason
+        # must say so rather than "not measured".
+        facts["faithfulness_of_other_rules"] = True
     calibration = run_calibration(run_dir, lambda: fingerprint)
     if calibration:
         # The folder's own weights are the ones measured: the fingerprint is not copied.
@@ -100,7 +109,11 @@ def export_model(
     chosen = (
         DefaultMethod(recorded["method"], recorded.get("reason", ""))
         if isinstance(recorded, dict) and recorded.get("method")
-        else choose_default(tables, other_weights=bool(facts.get("unmeasured")))
+        else choose_default(
+            tables,
+            other_weights=bool(facts.get("unmeasured")),
+            other_rules=bool(facts.get("faithfulness_of_other_rules")),
+        )
     )
     facts = {
         **facts,
@@ -120,6 +133,7 @@ def export_model(
             "unmeasured",
             "language",
             "calibration",
+            "score_rules",
         )
         if facts.get(key) is not None
     }

@@ -164,6 +164,17 @@ def model_default_method(
                 f"{Path(path) / 'config.json'}: default_method {recorded['method']!r} is not "
                 f"one of {', '.join(RECORD_METHODS)}; export the model again"
             )
+        rules = folder_config.get("score_rules")
+        if rules is not None and rules != score_rules() and folder_config.get("faithfulness"):
+            # Chosen from tables of scores this docclass's methods no longer make.
+            unmeasured = choose_default({})
+            return DefaultMethod(
+                unmeasured.method,
+                f"{unmeasured.reason.split(':')[0]}: this folder's faithfulness tables measured "
+                "scores made by other rules than this docclass's (the version that exported "
+                "it), so they do not describe these scores; export it again from its run after "
+                "'docclass report'.",
+            )
         return DefaultMethod(recorded["method"], recorded.get("reason", ""))
     run_dir = run_dir_of(path)
     if run_dir is None:

@@ -221,6 +221,31 @@ def test_an_export_carries_only_the_figures_of_its_own_weights(other_weights, tm
     assert same_run.default_method == "conservative" and "other weights" in same_run.default_reason
 
 
+def test_an_export_of_a_report_made_under_other_rules_says_so(fitted, ckpt, tmp_path):
+    from docclass.interpret.methods import score_rules
+
+    run = tmp_path / "run"
+    shutil.copytree(fitted, run)
+    report = json.loads((run / "report" / "report.json").read_text())
+    (run / "report" / "report.json").write_text(json.dumps({**report, "scores": "older rules"}))
+    out = tmp_path / "model"
+    main(["export", "--ckpt", str(run / "checkpoints" / "last.ckpt"), "--out", str(out)])
+    config = json.loads((out / "config.json").read_text())
+    assert config["faithfulness"] == {} and config["default_method"]["method"] == "conservative"
+    assert "other rules" in config["default_method"]["reason"]
+    # An export of the run as measured records the rules its table and choice were made by.
+    assert (
+        json.loads((exported_from(fitted, tmp_path) / "config.json").read_text())["score_rules"]
+        == score_rules()
+    )
+
+
+def exported_from(run, tmp_path):
+    out = tmp_path / "as-measured"
+    main(["export", "--ckpt", str(run / "checkpoints" / "last.ckpt"), "--out", str(out)])
+    return out
+
+
 def test_the_api_and_the_page_choose_from_one_table(fitted, ckpt, tmp_path):
     from docclass.interpret.default_method import default_method
 

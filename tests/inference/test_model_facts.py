@@ -57,3 +57,19 @@ def test_a_report_measured_under_other_score_rules_is_not_used(tmp_path):
         chosen = model_default_method(ckpt, {}, lambda: WEIGHTS)
         assert chosen.method == "conservative", scores
         assert "other rules" in chosen.reason and "docclass report" in chosen.reason
+
+
+def test_a_folder_keeps_its_choice_only_under_the_rules_it_was_measured_by():
+    """A model folder records the score rules its tables (and so its default) were measured
+    under; a docclass whose methods score otherwise falls back to the unmeasured default."""
+    recorded = {
+        "default_method": {"method": "attention", "reason": "measured"},
+        "faithfulness": {REPORT_TABLE: TABLE},
+    }
+    for rules, method in ((score_rules(), "attention"), (None, "attention")):
+        folder = {**recorded, "score_rules": rules} if rules else recorded
+        assert model_default_method("folder", folder, lambda: WEIGHTS).method == method
+    chosen = model_default_method(
+        "folder", {**recorded, "score_rules": "older rules"}, lambda: WEIGHTS
+    )
+    assert chosen.method == "conservative" and "other rules" in chosen.reason
