@@ -455,6 +455,12 @@ def write_document_pages(
             environment, record, pool_heads, "../index.html", common, shown_first, given_labels
         )
         (out_dir / documents_dir / document_filename(position)).write_text(page, encoding="utf-8")
+    # A page of an earlier, larger report here (an audit that flags fewer documents now, a
+    # report made again with fewer) is linked from nowhere but would still be served and read.
+    for page in (out_dir / documents_dir).glob("doc-*.html"):
+        number = page.name[len("doc-") : -len(".html")]
+        if number.isdigit() and int(number) >= len(records):
+            page.unlink()
     return [f"{documents_dir}/{document_filename(p)}" for p in range(len(records))]
 
 

@@ -564,6 +564,16 @@ def test_capped_report_keeps_the_headline_of_every_document(tmp_path):
     assert "8 of 30 documents shown" in html and "over all 30 documents" in html
 
 
+def test_a_report_made_again_with_fewer_documents_leaves_no_page_of_the_first(report, tmp_path):
+    _, records = report
+    out = tmp_path / "again"
+    write_report(records, out, LABELS, title="five")
+    (out / "docs" / "notes.html").write_text("not a page of a report")
+    write_report(records[:2], out, LABELS, title="two")
+    pages = sorted(page.name for page in (out / "docs").iterdir())
+    assert pages == ["doc-00000.html", "doc-00001.html", "notes.html"]
+
+
 def test_the_faithfulness_sample_keeps_the_splits_share_of_errors_and_its_classes():
     # A capped report: 40 errors listed first, then 60 correct documents (of a split of 1,000
     # with 5 % errors). The sample must not inherit the report's 40 % of errors.
