@@ -128,6 +128,9 @@ class EpochEndResume(pl.Callback):
     uninterrupted run's. Checkpoints written inside an epoch resume rightly and are left alone.
     """
 
+    def __init__(self) -> None:
+        self._marked = False
+
     def on_load_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
@@ -153,6 +156,15 @@ class EpochEndResume(pl.Callback):
         ):
             counters.update(dict.fromkeys(counters, 0))
         batches["is_last_batch"] = False
+        self._marked = True
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._marked:
+            # The next epoch starts whole, as without max_steps: left "restarting", the epoch
+            # loop counts one step more for the logger, and every figure it logs after the
+            # resume sits one step later than the uninterrupted run's.
+            trainer.fit_loop.epoch_loop.restarting = False
+        self._marked = False
 
 
 def _set_generators(state: dict[str, Any]) -> None:

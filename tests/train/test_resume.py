@@ -1,6 +1,7 @@
 """A training run killed with SIGKILL resumes from its last checkpoint and ends where an
 uninterrupted run ends (CPU, fixed seed): same weights path, same metrics."""
 
+import csv
 import json
 import os
 import signal
@@ -137,6 +138,12 @@ class DieInValidation(Callback):
             os._exit(9)
 
 
+def logged_rows(logs):
+    """Each metrics.csv under ``logs`` (one per run into the folder), oldest first: its rows."""
+    files = sorted(logs.glob("version_*/metrics.csv"), key=lambda p: int(p.parent.name[8:]))
+    return [list(csv.DictReader(path.open())) for path in files]
+
+
 def read_batches(run_dir):
     lines = (run_dir / "batches.jsonl").read_text().splitlines()
     return {record["step"]: record["rows"] for record in map(json.loads, lines)}
@@ -228,6 +235,10 @@ def test_a_step_limited_run_resumes_from_an_epoch_end_into_the_next_epoch(tmp_pa
         if code:
             assert torch.load(last, weights_only=True)["global_step"] == 7
     assert read_batches(killed) == read_batches(whole)
+    # What the resumed run logged (its own metrics.csv) is epoch 1 of the uninterrupted run's,
+    # at the same steps: the figures and curves read these.
+    logged = [logged_rows(run / "logs") for run in (whole, killed)]
+    assert logged[1][-1] == [row for row in logged[0][0] if row["epoch"] == "1"]
     weights_a = torch.load(whole / "checkpoints" / "last.ckpt", weights_only=True)
     weights_b = torch.load(last, weights_only=True)
     assert weights_b["global_step"] == weights_a["global_step"] == 14
