@@ -21,6 +21,8 @@ from docclass.errors import CheckpointError, ConfigError, one_line
 from docclass.inference.model_facts import (
     choose_default,
     faithfulness_tables,
+    folder_default_of_other_rules,
+    folder_tables_current,
     measured_on,
     read_json,
     run_calibration,
@@ -105,6 +107,12 @@ def export_model(
     """Write the model folder and its card; returns the config written."""
     tables = facts.get("faithfulness") or {}
     recorded = facts.get("default_method")
+    if isinstance(recorded, dict) and recorded.get("method") and not folder_tables_current(facts):
+        # A folder measured under other score rules: neither its tables nor the choice made
+        # from them describe these scores, on the card or in the new folder.
+        tables, facts = {}, {**facts, "faithfulness": {}, "score_rules": score_rules()}
+        chosen = folder_default_of_other_rules()
+        recorded = {"method": chosen.method, "reason": chosen.reason}
     # A folder exported again keeps the choice it was exported with; a run's is made here.
     chosen = (
         DefaultMethod(recorded["method"], recorded.get("reason", ""))

@@ -150,6 +150,26 @@ def choose_default(
     return chosen
 
 
+def folder_tables_current(folder_config: dict[str, Any]) -> bool:
+    """Whether a model folder's faithfulness tables (and the default chosen from them) measured
+    the scores this docclass's methods make: a folder records the score rules they were
+    measured under; one without the record (exported before docclass kept it) cannot say."""
+    if not folder_config.get("faithfulness"):
+        return True  # nothing measured, so nothing to disagree with
+    return folder_config.get("score_rules") == score_rules()
+
+
+def folder_default_of_other_rules() -> DefaultMethod:
+    """The unmeasured default, for a folder whose tables measured other scores."""
+    unmeasured = choose_default({})
+    return DefaultMethod(
+        unmeasured.method,
+        f"{unmeasured.reason.split(':')[0]}: this folder's faithfulness tables measured scores "
+        "made by other rules than this docclass's (or do not say by which), so they do not "
+        "describe these scores; export it again from its run after 'docclass report'.",
+    )
+
+
 def model_default_method(
     path: str | Path, folder_config: dict[str, Any], fingerprint: Callable[[], str]
 ) -> DefaultMethod:
@@ -164,17 +184,8 @@ def model_default_method(
                 f"{Path(path) / 'config.json'}: default_method {recorded['method']!r} is not "
                 f"one of {', '.join(RECORD_METHODS)}; export the model again"
             )
-        rules = folder_config.get("score_rules")
-        if rules is not None and rules != score_rules() and folder_config.get("faithfulness"):
-            # Chosen from tables of scores this docclass's methods no longer make.
-            unmeasured = choose_default({})
-            return DefaultMethod(
-                unmeasured.method,
-                f"{unmeasured.reason.split(':')[0]}: this folder's faithfulness tables measured "
-                "scores made by other rules than this docclass's (the version that exported "
-                "it), so they do not describe these scores; export it again from its run after "
-                "'docclass report'.",
-            )
+        if not folder_tables_current(folder_config):
+            return folder_default_of_other_rules()
         return DefaultMethod(recorded["method"], recorded.get("reason", ""))
     run_dir = run_dir_of(path)
     if run_dir is None:

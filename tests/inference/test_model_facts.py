@@ -66,10 +66,12 @@ def test_a_folder_keeps_its_choice_only_under_the_rules_it_was_measured_by():
         "default_method": {"method": "attention", "reason": "measured"},
         "faithfulness": {REPORT_TABLE: TABLE},
     }
-    for rules, method in ((score_rules(), "attention"), (None, "attention")):
-        folder = {**recorded, "score_rules": rules} if rules else recorded
-        assert model_default_method("folder", folder, lambda: WEIGHTS).method == method
-    chosen = model_default_method(
-        "folder", {**recorded, "score_rules": "older rules"}, lambda: WEIGHTS
-    )
-    assert chosen.method == "conservative" and "other rules" in chosen.reason
+    current = {**recorded, "score_rules": score_rules()}
+    assert model_default_method("folder", current, lambda: WEIGHTS).method == "attention"
+    # Older rules, or none recorded (exported before docclass kept them): not this one's.
+    for folder in ({**recorded, "score_rules": "older rules"}, recorded):
+        chosen = model_default_method("folder", folder, lambda: WEIGHTS)
+        assert chosen.method == "conservative" and "other rules" in chosen.reason
+    # Nothing measured: the recorded choice stands whatever the rules.
+    unmeasured = {"default_method": {"method": "rollout", "reason": "chosen"}, "faithfulness": {}}
+    assert model_default_method("folder", unmeasured, lambda: WEIGHTS).method == "rollout"
