@@ -48,9 +48,12 @@ class BucketBatchSampler(BatchSampler):
     the batches are yielded in an order shuffled by ``seed`` (or kept, for evaluation).
 
     With several processes (DDP), every rank cuts the same epoch of the whole split and takes
-    every ``world_size``-th batch from its ``rank`` on: rank r trains at step s the batch a
-    single process takes at step ``s·world_size + r``, so ``data.seed`` orders the epoch on any
-    number of devices, and each document comes once per epoch, on one rank. (Lightning's own
+    every ``world_size``-th batch from its ``rank`` on: rank r trains at step s the epoch's
+    batch ``s·world_size + r``. The epoch's batches are a single process's, with the largest
+    split in two until their number is a multiple of ``world_size`` (or reaches the budget's
+    bound, rounded so), so ``data.seed`` orders the epoch on any number of devices, and each
+    document comes once per epoch, on one rank (unless every batch already holds one document
+    and the count is short: then the first batches come again). (Lightning's own
     distributed sampler would replace this sampler's order with one seeded by the global seed,
     and give each rank a share that changes every epoch, whose batch count under a token
     budget can only be bounded loosely: 98 batches where 74 to 76 were cut.)
@@ -190,8 +193,10 @@ class BucketBatchSampler(BatchSampler):
             largest = max(range(len(batches)), key=lambda b: len(batches[b]))
             batch = batches[largest]
             if len(batch) == 1:
-                # Fewer documents than ranks: the first batches come again, so that every rank
-                # still steps with the others (evaluation counts each document once).
+                # Nothing left to split (one document a batch: batch_size 1, documents longer
+                # than the budget, fewer documents than ranks): the first batches come again,
+                # so that every rank still steps with the others. Evaluation and prediction
+                # count each document once; training sees these few twice.
                 while batches and len(batches) < wanted:
                     batches += batches[: wanted - len(batches)]
                 break

@@ -49,7 +49,7 @@ from docclass.data.tokenizer import (
     token_ids,
     train_tokenizer,
 )
-from docclass.errors import DataError
+from docclass.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "val", "test")
@@ -189,6 +189,8 @@ class DocDataModule(pl.LightningDataModule):
         self._resume_at: tuple[int, int] | None = None
         # (epoch, batches of it done, batches trained in all) of the checkpoint resumed.
         self._position_anchor: tuple[int, int, int] | None = None
+        # How many processes wrote that position (None: a checkpoint of an earlier docclass).
+        self._resume_world_size: int | None = None
 
     # -- sizes the model needs before training starts (linked by the CLI) -------------------
     @property
@@ -484,6 +486,16 @@ class DocDataModule(pl.LightningDataModule):
         """Where the checkpoint being resumed left training, once: a later fit starts whole."""
         resume_at, self._resume_at = self._resume_at, None
         trainer = getattr(self, "trainer", None)
+        saved_world, self._resume_world_size = self._resume_world_size, None
+        if resume_at and resume_at[1] and trainer and saved_world not in (None, trainer.world_size):
+            # Rank r's k turns are batches r, r + P, … of the epoch: with another P they name
+            # other batches, and some of the epoch would be trained twice and some never.
+            raise ConfigError(
+                f"{trainer.ckpt_path}: written {resume_at[1]} batches into epoch "
+                f"{resume_at[0]} by {saved_world} processes; resume it with {saved_world} "
+                f"(trainer.devices × trainer.num_nodes, now {trainer.world_size}), or from a "
+                "checkpoint written at an epoch's end"
+            )
         if resume_at is None and self.num_workers and getattr(trainer, "ckpt_path", None):
             log.warning(
                 "%s holds no data position (written by an older docclass): with "
@@ -556,11 +568,14 @@ class DocDataModule(pl.LightningDataModule):
         per_epoch = trainer.num_training_batches
         if not math.isfinite(per_epoch) or per_epoch < 1:
             # A stream of unknown length (no data.steps_per_epoch): epochs have no fixed size,
-            # so only the epoch counters can say where training is.
-            epoch, batches = loop.epoch_progress.current.processed, loop.epoch_loop.batch_progress
+            # so only the epoch counters can say where training is. Not the "processed" count:
+            # a checkpoint at an epoch's end (on_train_epoch_end) is written after Lightning
+            # has counted the epoch processed, and epoch 0's end resumed in epoch 2's order.
+            epoch, batches = trainer.current_epoch, loop.epoch_loop.batch_progress
             if batches.is_last_batch:  # the stream's end reached: the next epoch starts whole
                 return {"epoch": epoch + 1, "batches_done": 0}
-            return {"epoch": epoch, "batches_done": batches.current.processed}
+            done = batches.current.processed
+            return {"epoch": epoch, "batches_done": done, "world_size": trainer.world_size}
         trained = loop.epoch_loop.batch_progress.total.processed
         # Counted on from where the checkpoint this run resumed left off (the start, for a new
         # run): an earlier run may have had other epochs (limit_train_batches, another batch
@@ -568,11 +583,19 @@ class DocDataModule(pl.LightningDataModule):
         # end five batches into the epoch before.
         epoch, done, at = self._position_anchor or (0, 0, 0)
         epoch, done = divmod(epoch * int(per_epoch) + done + trained - at, int(per_epoch))
-        return {"epoch": epoch, "batches_done": done, "batches_trained": trained}
+        # The batches done are this rank's turns: they name a place in the epoch only for
+        # the number of processes that took them.
+        return {
+            "epoch": epoch,
+            "batches_done": done,
+            "batches_trained": trained,
+            "world_size": trainer.world_size,
+        }
 
     def load_state_dict(self, state_dict: dict[str, int]) -> None:
         if state_dict:
             self._resume_at = (state_dict["epoch"], state_dict["batches_done"])
+            self._resume_world_size = state_dict.get("world_size")
             # A checkpoint of an earlier docclass has no count: the total is divided as is.
             if "batches_trained" in state_dict:
                 self._position_anchor = (*self._resume_at, state_dict["batches_trained"])

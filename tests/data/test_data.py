@@ -774,3 +774,25 @@ def test_the_embedded_name_is_never_a_local_path(tmp_path, monkeypatch):
     assert local_source_path("bbc") is None
     assert local_source_path("docs.csv") == tmp_path / "docs.csv"
     assert local_source_path("ag_news") is None  # a hub name
+
+
+@pytest.mark.fault(
+    "a checkpoint written inside an epoch by P processes, resumed with another number",
+    "one line naming both numbers and the fix: the batches done are the ranks' turns, which "
+    "name other batches for another P (an epoch-end checkpoint resumes on any number)",
+)
+def test_a_mid_epoch_position_resumes_only_with_the_processes_that_wrote_it():
+    from types import SimpleNamespace
+
+    from docclass.errors import ConfigError
+
+    datamodule = DocDataModule(source="bbc", tokenizer=SMALL_TOKENIZER)
+    for batches_done, world_size, refused in ((3, 2, True), (3, 1, False), (0, 2, False)):
+        datamodule.trainer = SimpleNamespace(world_size=1, ckpt_path="last.ckpt")
+        saved = {"epoch": 1, "batches_done": batches_done, "batches_trained": 20}
+        datamodule.load_state_dict({**saved, "world_size": world_size})
+        if refused:
+            with pytest.raises(ConfigError, match="by 2 processes; resume it with 2"):
+                datamodule._take_resume_at()
+        else:
+            assert datamodule._take_resume_at() == (1, batches_done)

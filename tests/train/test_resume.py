@@ -309,6 +309,55 @@ def test_killed_streamed_run_resumes_with_the_batches_of_an_uninterrupted_run(tm
         assert position(torch.load(path, weights_only=True)) == (1, batches_done), where
 
 
+@pytest.mark.fault(
+    "a streamed training run of unknown length (`trainer.max_steps`, no "
+    "`data.steps_per_epoch`) killed after an epoch's end",
+    "resumes in the next epoch's shuffle, with the batches of an uninterrupted run",
+)
+def test_a_stream_of_unknown_length_resumes_from_an_epoch_end_in_the_next_epoch(tmp_path):
+    from helpers import KEYWORDS, write_jsonl
+
+    from docclass.data.synthetic import planted_keyword_corpus
+
+    rows = planted_keyword_corpus(30, KEYWORDS, seed=7)
+    for shard in range(2):
+        write_jsonl(tmp_path / f"train-{shard}.jsonl", rows[shard::2])
+    write_jsonl(tmp_path / "held_out.jsonl", planted_keyword_corpus(20, KEYWORDS, seed=8))
+    paths = [REPO, REPO / "tests", REPO / "tests" / "train"]
+    env = {**ENV, "PYTHONPATH": os.pathsep.join(map(str, paths))}
+    steps = ["--trainer.max_epochs", "2", "--trainer.max_steps", "100",
+             "--data.source", str(tmp_path / "held_out.jsonl"), "--data.max_docs_per_class",
+             "null", "--data.stream", str(tmp_path / "train-*.jsonl"), "--data.batch_size", "8",
+             "--test_after_fit", "false", "--trainer.callbacks=[]",
+             "--trainer.callbacks+=test_resume.StreamBatchLog"]  # fmt: skip
+
+    def fit(run_dir, *extra):
+        done = subprocess.run(
+            fit_command(run_dir, *steps, *extra), cwd=REPO, env=env, capture_output=True, text=True
+        )
+        return done.returncode, done.stderr[-2000:]
+
+    whole, killed, resumed = tmp_path / "whole", tmp_path / "killed", tmp_path / "resumed"
+    code, error = fit(whole)
+    assert code == 0, error
+    expected = read_batches(whole)
+    per_epoch = len(expected) // 2
+    code, error = fit(
+        killed, "--trainer.callbacks+=test_resume.DieAtStep", "--trainer.callbacks.at",
+        str(per_epoch + 1),
+    )  # fmt: skip
+    assert code == 9, error
+    last = killed / "checkpoints" / "last.ckpt"
+    checkpoint = torch.load(last, weights_only=True)
+    assert checkpoint["global_step"] == per_epoch  # epoch 0's end
+    code, error = fit(resumed, "--ckpt_path", str(last))
+    assert code == 0, error
+    seen = read_batches(resumed)
+    assert sorted(seen) == list(range(per_epoch, 2 * per_epoch))
+    assert all(seen[step] == expected[step] for step in seen), "not epoch 1's shuffle"
+    assert position(checkpoint) == (1, 0)
+
+
 class PoisonWeights(Callback):
     """Fault injection: at the start of ``at_epoch`` one weight becomes NaN, as an overflow
     would leave it (a real run gets there by chance; a test needs it on cue)."""
