@@ -182,3 +182,26 @@ def test_each_rank_saves_and_gets_back_its_own_random_state(tmp_path, monkeypatc
         monkeypatch.setattr(callbacks, "process_rank", lambda rank=rank: (rank, 2))
         callbacks.RandomState().load_state_dict(state)
         assert torch.equal(torch.get_rng_state(), ranks[rank]["torch"]), rank
+
+
+def test_rows_a_rank_repeated_are_counted_and_written_once(tmp_path):
+    """The ranks' turns repeat a few documents when a split has too few batches to share (one
+    document a batch, fewer documents than ranks): metrics and predictions take each once."""
+    from docclass.train.callbacks import PredictionWriter, gather_by_document
+
+    indices = torch.tensor([4, 1, 4, 0, 1])
+    labels, predicted = torch.tensor([9, 8, 9, 7, 8]), torch.tensor([3, 2, 3, 1, 2])
+    kept = gather_by_document(indices, labels, predicted)
+    assert [column.tolist() for column in kept] == [[7, 8, 9], [1, 2, 3]]  # by index, once
+
+    writer = PredictionWriter()
+    writer.resolved_path = tmp_path / "predictions.jsonl"
+    shards = {0: [(2, "b"), (0, "a")], 1: [(1, "c"), (2, "b")]}  # rank 1 repeats index 2
+    for rank, rows in shards.items():
+        with writer._rank_path(writer.resolved_path, rank).open("w") as handle:
+            for index, doc_id in rows:
+                handle.write(json.dumps({"id": doc_id, "_index": index}) + "\n")
+    writer._merge_shards(2)
+    lines = writer.resolved_path.read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [{"id": "a"}, {"id": "c"}, {"id": "b"}]
+    assert not list(tmp_path.glob("*.rank*"))
