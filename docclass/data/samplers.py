@@ -56,7 +56,7 @@ class BucketBatchSampler(BatchSampler):
     and the count is short: then the first batches come again). (Lightning's own
     distributed sampler would replace this sampler's order with one seeded by the global seed,
     and give each rank a share that changes every epoch, whose batch count under a token
-    budget can only be bounded loosely: 98 batches where 74 to 76 were cut.)
+    budget can only be bounded loosely: 98 batches where 73 to 76 were cut.)
 
     Ranks must step together, and Lightning reads ``len(self)`` once per fit: an epoch with
     more batches would lose its last ones. With ``max_batch_tokens`` the number of batches
