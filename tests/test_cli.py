@@ -105,6 +105,17 @@ def test_fit_resumes_from_last_checkpoint(fitted, tmp_path):
     assert metrics["global_steps"] == first["global_steps"] * 3 // 2
 
 
+def test_every_checkpoint_of_a_run_has_its_hash_recorded_beside_it(fitted):
+    import hashlib
+
+    checkpoints = sorted((fitted / "checkpoints").glob("*.ckpt"))
+    assert [c.name for c in checkpoints] == ["best.ckpt", "last.ckpt"]
+    for checkpoint in checkpoints:
+        digest = hashlib.sha256(checkpoint.read_bytes()).hexdigest()
+        record = checkpoint.with_name(checkpoint.name + ".sha256").read_text()
+        assert record == f"{digest}  {checkpoint.name}\n"
+
+
 def test_predict_writes_one_row_per_document(fitted, tmp_path):
     from_checkpoint("predict", fitted, tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]

@@ -1,4 +1,5 @@
-"""Training checkpoints (``.ckpt``) read without Lightning and without executing pickled code.
+"""Training checkpoints (``.ckpt``) read without Lightning and without executing pickled code,
+and checked against the SHA-256 docclass recorded beside them when it wrote them.
 
 Lightning writes the checkpoint; the LightningModule adds an artifact entry of plain types only
 (tokenizer JSON, label names, model config, max_tokens), so the whole file loads with
@@ -14,6 +15,7 @@ from typing import Any
 
 import torch
 
+from docclass.artifacts.hashing import verify_checkpoint_hash
 from docclass.errors import CheckpointError, one_line
 
 ARTIFACT_KEY = "docclass"
@@ -28,6 +30,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{path}: checkpoint not found; pass the .ckpt written by 'docclass fit'"
         )
+    verify_checkpoint_hash(path)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except (

@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from docclass.errors import CheckpointError
+from docclass.files import write_atomically
 
 MANIFEST = "manifest.json"
+
+log = logging.getLogger(__name__)
 
 
 def sha256_of(path: Path) -> str:
@@ -30,6 +34,70 @@ def sha256_of(path: Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+# Beside every checkpoint docclass writes: ``last.ckpt.sha256`` in ``sha256sum``'s format.
+CHECKPOINT_HASH_SUFFIX = ".sha256"
+
+
+def checkpoint_hash_path(checkpoint: Path) -> Path:
+    return checkpoint.with_name(checkpoint.name + CHECKPOINT_HASH_SUFFIX)
+
+
+def recorded_checkpoint_hashes(checkpoint: Path) -> list[str] | None:
+    """The SHA-256s the checkpoint may have (one; two while a save replaces it), or None when
+    nothing is recorded beside it (written elsewhere, or by an earlier docclass)."""
+    record = checkpoint_hash_path(checkpoint)
+    if not record.is_file():
+        return None
+    hashes = [line.split()[0] for line in record.read_text(encoding="utf-8").splitlines() if line]
+    if not hashes or not all(len(h) == 64 and set(h) <= set("0123456789abcdef") for h in hashes):
+        raise CheckpointError(
+            f"{record}: not a SHA-256 record of {checkpoint.name}; delete it only if you trust "
+            "the checkpoint"
+        )
+    return hashes
+
+
+def write_checkpoint_hashes(checkpoint: Path, hashes: list[str]) -> None:
+    """Record ``hashes`` as the ones ``checkpoint`` may have (atomically)."""
+    lines = "".join(f"{h}  {checkpoint.name}\n" for h in hashes)
+    write_atomically(checkpoint_hash_path(checkpoint), lines)
+
+
+def verify_checkpoint_hash(checkpoint: Path) -> None:
+    """Refuse a checkpoint whose bytes are not the ones docclass recorded when it wrote it.
+
+    One without a record (written by Lightning alone, copied without it, an earlier docclass)
+    loads with a warning: ``weights_only`` still keeps its code from running."""
+    hashes = recorded_checkpoint_hashes(checkpoint)
+    stat = checkpoint.stat()
+    # A command reads its checkpoint several times (sizes, artifact, weights): hash it once.
+    key = (
+        str(checkpoint.resolve()),
+        stat.st_ino,
+        stat.st_size,
+        stat.st_mtime_ns,
+        tuple(hashes or ()),
+    )
+    if key in _VERIFIED:
+        return
+    if hashes is None:
+        log.warning(
+            "%s: no SHA-256 recorded beside it (%s), so it is loaded unchecked",
+            checkpoint,
+            checkpoint_hash_path(checkpoint).name,
+        )
+    elif sha256_of(checkpoint) not in hashes:
+        raise CheckpointError(
+            f"{checkpoint}: its SHA-256 is not the one recorded in "
+            f"{checkpoint_hash_path(checkpoint).name} when docclass wrote it (changed or "
+            "damaged since); use another checkpoint, or delete the record only if you trust it"
+        )
+    _VERIFIED.add(key)
+
+
+_VERIFIED: set[tuple] = set()
 
 
 def weights_fingerprint(state_dict: dict[str, torch.Tensor]) -> str:

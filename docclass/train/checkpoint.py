@@ -1,4 +1,5 @@
-"""Checkpoints written atomically. They are read without Lightning by
+"""Checkpoints written atomically, each with its SHA-256 recorded beside it
+(``last.ckpt.sha256``). They are read, and checked, without Lightning by
 :mod:`docclass.artifacts.load`."""
 
 from __future__ import annotations
@@ -9,6 +10,13 @@ from typing import Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+
+from docclass.artifacts.hashing import (
+    checkpoint_hash_path,
+    recorded_checkpoint_hashes,
+    sha256_of,
+    write_checkpoint_hashes,
+)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -39,6 +47,19 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 torch.save(checkpoint, handle)
                 handle.flush()
                 os.fsync(handle.fileno())
+            new = sha256_of(partial)
+            # The record names both files while one replaces the other, so that a kill at any
+            # point leaves a checkpoint its record accepts.
+            old = recorded_checkpoint_hashes(target) if target.exists() else []
+            if old is None:  # a checkpoint of an earlier docclass, about to be replaced
+                old = [sha256_of(target)]
+            write_checkpoint_hashes(target, [*old, new])
             os.replace(partial, target)
+            write_checkpoint_hashes(target, [new])
         finally:
             partial.unlink(missing_ok=True)
+
+    def remove_checkpoint(self, path: Any) -> None:
+        super().remove_checkpoint(path)
+        if "://" not in str(path):
+            checkpoint_hash_path(Path(path)).unlink(missing_ok=True)

@@ -14,6 +14,8 @@ import torch
 from helpers import CONFIGS, REPO
 from lightning.pytorch import Callback
 
+from docclass.artifacts.checkpoint import load_checkpoint
+
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
 
@@ -439,9 +441,9 @@ def test_checkpoint_write_killed_midway_leaves_the_previous_one_whole(tmp_path, 
     with pytest.raises(KeyboardInterrupt):
         io.save_checkpoint({"epoch": 2, "w": torch.zeros(3)}, path)
     monkeypatch.setattr(torch, "save", real_save)
-    kept = torch.load(path, weights_only=True)
+    kept = load_checkpoint(path)  # and its recorded hash still accepts it
     assert kept["epoch"] == 1 and torch.equal(kept["w"], torch.ones(3))
-    assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]  # nothing half-written
+    assert sorted(p.name for p in path.parent.iterdir()) == WRITTEN  # nothing half-written
 
 
 KILLED_WRITER = """
@@ -476,10 +478,66 @@ def test_checkpoint_write_sigkilled_midway_leaves_the_previous_one_whole(tmp_pat
     writer.send_signal(signal.SIGKILL)  # mid-write: no finally, no clean-up
     writer.wait()
     assert list(path.parent.glob(".last.ckpt.*.partial")), "the kill came after the write"
-    kept = torch.load(path, weights_only=True)
+    kept = load_checkpoint(path)
     assert kept["epoch"] == 1 and torch.equal(kept["w"], torch.ones(3))
     AtomicCheckpointIO().save_checkpoint({"epoch": 3, "w": torch.ones(2)}, path)
-    assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]
+    assert sorted(p.name for p in path.parent.iterdir()) == WRITTEN
+
+
+# A checkpoint and the record of its SHA-256, in sha256sum's format.
+WRITTEN = ["last.ckpt", "last.ckpt.sha256"]
+
+
+@pytest.mark.fault(
+    "a checkpoint changed or damaged after docclass wrote it (weights edited in place, "
+    "another run's file copied over it)",
+    "one line: its SHA-256 is not the one recorded beside it when it was written; a kill at "
+    "any point of a save leaves a checkpoint its record accepts",
+)
+@pytest.mark.parametrize("dies", ["before the rename", "before the record"])
+def test_a_checkpoint_is_loaded_only_with_the_bytes_docclass_wrote(tmp_path, monkeypatch, dies):
+    import hashlib
+
+    from docclass.artifacts import hashing
+    from docclass.errors import CheckpointError
+    from docclass.train import checkpoint as checkpoint_io
+
+    path = tmp_path / "last.ckpt"
+    io = checkpoint_io.AtomicCheckpointIO()
+    io.save_checkpoint({"epoch": 1, "w": torch.ones(3)}, path)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert (tmp_path / "last.ckpt.sha256").read_text() == f"{digest}  last.ckpt\n"
+    # Killed between the steps of the next save: either file is accepted by the record.
+    step = {"before the rename": (checkpoint_io.os, "replace")}.get(
+        dies, (checkpoint_io, "write_checkpoint_hashes")
+    )
+    calls, real = [], getattr(*step)
+
+    def dies_there(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 2:  # the record's own write renames a file first
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(*step, dies_there)
+    with pytest.raises(KeyboardInterrupt):
+        io.save_checkpoint({"epoch": 2, "w": torch.zeros(3)}, path)
+    monkeypatch.undo()
+    epoch = load_checkpoint(path)["epoch"]
+    assert epoch == (1 if dies == "before the rename" else 2)
+    # Another file in its place: refused, in one line, before a byte of it is unpickled.
+    torch.save({"epoch": 9, "w": torch.full((3,), 5.0)}, path)
+    with pytest.raises(CheckpointError, match="SHA-256 is not the one recorded") as refused:
+        load_checkpoint(path)
+    assert "\n" not in str(refused.value)
+    # Without a record (Lightning's own writer, a copy of the file alone): loaded, with a word.
+    (tmp_path / "last.ckpt.sha256").unlink()
+    hashing._VERIFIED.clear()
+    assert load_checkpoint(path)["epoch"] == 9
+    # Lightning removing a checkpoint (save_top_k) removes its record with it.
+    io.save_checkpoint({"epoch": 3}, path)
+    io.remove_checkpoint(path)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_training_runs_write_checkpoints_atomically():
