@@ -76,8 +76,19 @@ def decode_document(raw: bytes) -> tuple[str | None, str | None, str | None]:
     if b"\x00" in raw[:SNIFF_BYTES] and not raw.startswith(UTF16_32_MARKS):
         return None, "binary file (NUL bytes): not a text document", None
     text, was_legacy = decode_text(raw)
+    if raw.startswith(UTF16_32_MARKS) and _not_text(text[: SNIFF_BYTES // 2]):
+        # The bytes a mark lets through: a binary file that happens to begin FF FE (or FE FF)
+        # decodes to NULs and broken surrogates, which no UTF-16 or UTF-32 text holds.
+        return None, "binary file (not UTF-16/32 text after its mark): not a text document", None
     warning = NOT_UTF8 if was_legacy else None
     return text, None, warning
+
+
+def _not_text(decoded: str) -> bool:
+    """Whether text decoded by a byte-order mark holds what only other bytes decode to: a NUL,
+    or more than 1 % replacement characters (code units that form no character; one alone,
+    as a file cut at an odd byte ends, is allowed)."""
+    return "\x00" in decoded or decoded.count("\ufffd") > max(1, 0.01 * len(decoded))
 
 
 def _read_file(path: Path) -> InputDocument:

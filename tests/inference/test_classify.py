@@ -99,6 +99,24 @@ def test_a_file_that_is_not_utf8_reads_as_training_reads_it():
 
 
 @pytest.mark.fault(
+    "classify: a binary file that begins with the bytes of a UTF-16 mark (FF FE, FE FF)",
+    "an error row (binary file), not its bytes read as UTF-16 text and classified",
+)
+def test_a_binary_file_that_starts_like_utf16_is_not_text():
+    noise = np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes()
+    for mark in (b"\xff\xfe", b"\xfe\xff"):
+        for binary in (mark + noise, mark + b"\x00" * 64 + b"header"):
+            text, error, _ = decode_document(binary)
+            assert text is None and error.startswith("binary file"), binary[:8]
+    # Real UTF-16 and UTF-32 text, in any script, stays text.
+    for codec in ("utf-16", "utf-16-be", "utf-32"):
+        raw = ("Καλημέρα, 你好, café 🎉 " * 50).encode(codec)
+        raw = raw if codec != "utf-16-be" else b"\xfe\xff" + raw
+        assert decode_document(raw)[1] is None, codec
+    assert decode_document("short".encode("utf-16") + b"!")[0] == "short\ufffd"  # cut short
+
+
+@pytest.mark.fault(
     "classify: empty or whitespace-only document, non-UTF-8 file, binary file, "
     "document longer than the model reads, table row without its text column",
     "one output row each, in input order: `error` (empty, binary, missing column), "
