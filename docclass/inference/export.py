@@ -107,7 +107,7 @@ def export_model(
     """Write the model folder and its card; returns the config written."""
     tables = facts.get("faithfulness") or {}
     recorded = facts.get("default_method")
-    if isinstance(recorded, dict) and recorded.get("method") and not folder_tables_current(facts):
+    if not folder_tables_current(facts):
         # A folder measured under other score rules: neither its tables nor the choice made
         # from them describe these scores, on the card or in the new folder.
         tables, facts = {}, {**facts, "faithfulness": {}, "score_rules": score_rules()}

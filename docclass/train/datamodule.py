@@ -491,10 +491,23 @@ class DocDataModule(pl.LightningDataModule):
             # Rank r's k turns are batches r, r + P, … of the epoch: with another P they name
             # other batches, and some of the epoch would be trained twice and some never.
             raise ConfigError(
-                f"{trainer.ckpt_path}: written {resume_at[1]} batches into epoch "
-                f"{resume_at[0]} by {saved_world} processes; resume it with {saved_world} "
+                f"{trainer.ckpt_path}: written {resume_at[1]} steps into epoch {resume_at[0]} "
+                f"on each of {saved_world} processes; resume it with {saved_world} "
                 f"(trainer.devices × trainer.num_nodes, now {trainer.world_size}), or from a "
                 "checkpoint written at an epoch's end"
+            )
+        if (
+            resume_at
+            and resume_at[1]
+            and trainer
+            and saved_world is None
+            and trainer.world_size > 1
+        ):
+            log.warning(
+                "%s: written inside an epoch by an earlier docclass, which shared epochs between "
+                "processes otherwise; the rest of epoch %d may repeat or miss some documents",
+                trainer.ckpt_path,
+                resume_at[0],
             )
         if resume_at is None and self.num_workers and getattr(trainer, "ckpt_path", None):
             log.warning(
@@ -572,10 +585,22 @@ class DocDataModule(pl.LightningDataModule):
             # a checkpoint at an epoch's end (on_train_epoch_end) is written after Lightning
             # has counted the epoch processed, and epoch 0's end resumed in epoch 2's order.
             epoch, batches = trainer.current_epoch, loop.epoch_loop.batch_progress
+            trained = batches.total.processed
             if batches.is_last_batch:  # the stream's end reached: the next epoch starts whole
-                return {"epoch": epoch + 1, "batches_done": 0}
-            done = batches.current.processed
-            return {"epoch": epoch, "batches_done": done, "world_size": trainer.world_size}
+                return {"epoch": epoch + 1, "batches_done": 0, "batches_trained": trained}
+            # In the epoch a resumed run started in, counted from the checkpoint: resumed from
+            # a step checkpoint on a stream's last batch, Lightning cannot tell that epoch
+            # ended, and its per-epoch counter starts at the old epoch's length, not 0.
+            anchor_epoch, anchor_done, at = self._position_anchor or (None, 0, 0)
+            done = (
+                anchor_done + trained - at if anchor_epoch == epoch else batches.current.processed
+            )
+            return {
+                "epoch": epoch,
+                "batches_done": done,
+                "batches_trained": trained,
+                "world_size": trainer.world_size,
+            }
         trained = loop.epoch_loop.batch_progress.total.processed
         # Counted on from where the checkpoint this run resumed left off (the start, for a new
         # run): an earlier run may have had other epochs (limit_train_batches, another batch

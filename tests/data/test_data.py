@@ -792,7 +792,7 @@ def test_a_mid_epoch_position_resumes_only_with_the_processes_that_wrote_it():
         saved = {"epoch": 1, "batches_done": batches_done, "batches_trained": 20}
         datamodule.load_state_dict({**saved, "world_size": world_size})
         if refused:
-            with pytest.raises(ConfigError, match="by 2 processes; resume it with 2"):
+            with pytest.raises(ConfigError, match="on each of 2 processes; resume it with 2"):
                 datamodule._take_resume_at()
         else:
             assert datamodule._take_resume_at() == (1, batches_done)

@@ -244,18 +244,20 @@ def test_a_folder_of_other_rules_exported_again_drops_their_choice_and_tables(ex
     folder = _copy(exported, tmp_path)
     config = json.loads((folder / "config.json").read_text())
     assert config["faithfulness"] and config["default_method"]["method"]
-    config["score_rules"] = "older rules"
-    (folder / "config.json").write_text(json.dumps(config))
-    write_manifest(folder, list(json.loads((folder / MANIFEST).read_text())["sha256"]))
-    out = tmp_path / "again"
-    main(["export", "--ckpt", str(folder), "--out", str(out)])
-    again = json.loads((out / "config.json").read_text())
-    assert again["faithfulness"] == {} and again["default_method"]["method"] == "conservative"
-    assert "other rules" in again["default_method"]["reason"]
-    card = (out / "README.md").read_text()
-    assert "other rules" in card and "Faithfulness was not measured" in card
-    loaded = DocClassifier.load(out, device="cpu")
-    assert loaded.default_reason == again["default_method"]["reason"]
+    # Older rules; or none, nor a recorded choice (the default would come from the tables).
+    no_choice = {k: v for k, v in config.items() if k not in ("score_rules", "default_method")}
+    for edited in ({**config, "score_rules": "older rules"}, no_choice):
+        (folder / "config.json").write_text(json.dumps(edited))
+        write_manifest(folder, list(json.loads((folder / MANIFEST).read_text())["sha256"]))
+        out = tmp_path / f"again-{len(edited)}"
+        main(["export", "--ckpt", str(folder), "--out", str(out)])
+        again = json.loads((out / "config.json").read_text())
+        assert again["faithfulness"] == {} and again["default_method"]["method"] == "conservative"
+        assert "other rules" in again["default_method"]["reason"]
+        card = (out / "README.md").read_text()
+        assert "other rules" in card and "Faithfulness was not measured" in card
+        loaded = DocClassifier.load(out, device="cpu")
+        assert loaded.default_reason == again["default_method"]["reason"]
 
 
 def exported_from(run, tmp_path):

@@ -195,6 +195,7 @@ def test_run_killed_mid_epoch_resumes_at_the_next_batch(tmp_path, workers):
     assert checkpoint["global_step"] == 9 and checkpoint["epoch"] == 1
     assert not progress["is_last_batch"], "not a mid-epoch checkpoint"
     assert position(checkpoint) == (1, 2)
+    assert checkpoint["DocDataModule"]["world_size"] == 1  # whose turns the 2 batches were
 
     resumed = subprocess.run(
         fit_command(killed, *steps, "--ckpt_path", str(last)),
@@ -358,6 +359,33 @@ def test_a_stream_of_unknown_length_resumes_from_an_epoch_end_in_the_next_epoch(
     assert sorted(seen) == list(range(per_epoch, 2 * per_epoch))
     assert all(seen[step] == expected[step] for step in seen), "not epoch 1's shuffle"
     assert position(checkpoint) == (1, 0)
+
+    # Killed twice: in the validation after a step checkpoint on epoch 0's last batch, then,
+    # resumed from that one, three steps into epoch 1. Lightning cannot tell a stream's epoch
+    # ended there, and counted epoch 1's batches on from epoch 0's length.
+    twice = tmp_path / "twice"
+    last = twice / "checkpoints" / "last.ckpt"
+    died, error = fit(
+        twice, "--checkpoint_every_n_steps", str(per_epoch),
+        "--trainer.callbacks+=test_resume.DieInValidation", "--trainer.callbacks.at",
+        str(per_epoch),
+    )  # fmt: skip
+    assert died == 9, error
+    assert position(torch.load(last, weights_only=True)) == (1, 0)
+    died, error = fit(
+        twice, "--checkpoint_every_n_steps", "1", "--ckpt_path", str(last),
+        "--trainer.callbacks+=test_resume.DieAtStep", "--trainer.callbacks.at",
+        str(per_epoch + 3),
+    )  # fmt: skip
+    assert died == 9, error
+    checkpoint = torch.load(last, weights_only=True)
+    assert checkpoint["global_step"] == per_epoch + 3
+    assert position(checkpoint) == (1, 3)
+    code, error = fit(tmp_path / "after-twice", "--ckpt_path", str(last))
+    assert code == 0, error
+    seen = read_batches(tmp_path / "after-twice")
+    assert sorted(seen) == list(range(per_epoch + 3, 2 * per_epoch))
+    assert all(seen[step] == expected[step] for step in seen)
 
 
 class PoisonWeights(Callback):
