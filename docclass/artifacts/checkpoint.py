@@ -8,6 +8,7 @@ Lightning writes the checkpoint; the LightningModule adds an artifact entry of p
 
 from __future__ import annotations
 
+import io
 import pickle
 import zipfile
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 import torch
 
-from docclass.artifacts.hashing import verify_checkpoint_hash
+from docclass.artifacts.hashing import checked_checkpoint_bytes
 from docclass.errors import CheckpointError, one_line
 
 ARTIFACT_KEY = "docclass"
@@ -30,9 +31,9 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{path}: checkpoint not found; pass the .ckpt written by 'docclass fit'"
         )
-    verify_checkpoint_hash(path)
+    data = checked_checkpoint_bytes(path)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except (
         RuntimeError,
         EOFError,

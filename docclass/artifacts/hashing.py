@@ -15,13 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from docclass.errors import CheckpointError
-from docclass.files import write_atomically
 
 MANIFEST = "manifest.json"
 
@@ -50,7 +50,8 @@ def recorded_checkpoint_hashes(checkpoint: Path) -> list[str] | None:
     record = checkpoint_hash_path(checkpoint)
     if not record.is_file():
         return None
-    hashes = [line.split()[0] for line in record.read_text(encoding="utf-8").splitlines() if line]
+    lines = record.read_text(encoding="utf-8", errors="replace").splitlines()
+    hashes = [line.split()[0] for line in lines if line.strip()]
     if not hashes or not all(len(h) == 64 and set(h) <= set("0123456789abcdef") for h in hashes):
         raise CheckpointError(
             f"{record}: not a SHA-256 record of {checkpoint.name}; delete it only if you trust "
@@ -60,38 +61,66 @@ def recorded_checkpoint_hashes(checkpoint: Path) -> list[str] | None:
 
 
 def write_checkpoint_hashes(checkpoint: Path, hashes: list[str]) -> None:
-    """Record ``hashes`` as the ones ``checkpoint`` may have (atomically)."""
-    lines = "".join(f"{h}  {checkpoint.name}\n" for h in hashes)
-    write_atomically(checkpoint_hash_path(checkpoint), lines)
+    """Record ``hashes`` as the ones ``checkpoint`` may have: through a temporary file and a
+    rename, flushed to disk first, so that a crash leaves the old record or the new one."""
+    record = checkpoint_hash_path(checkpoint)
+    partial = record.with_name(f".{record.name}.{os.getpid()}.partial")
+    with open(partial, "w", encoding="utf-8") as handle:
+        handle.write("".join(f"{h}  {checkpoint.name}\n" for h in hashes))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(partial, record)
+
+
+def _file_key(path: Path, hashes: list[str] | None) -> tuple:
+    """What changes whenever a file's bytes do: the change time cannot be set back by a user."""
+    stat = path.stat()
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns,
+            tuple(hashes or ()))  # fmt: skip
+
+
+def checked_checkpoint_bytes(checkpoint: Path) -> bytes:
+    """A checkpoint's bytes, read once and checked against the SHA-256 docclass recorded beside
+    it when it wrote them: what is unpickled is what was hashed.
+
+    A link (Lightning's ``save_last="link"``) is checked as the file it names, by that file's
+    record. A checkpoint without a record (written by Lightning alone, copied without it, an
+    earlier docclass) loads with a warning: ``weights_only`` still keeps its code from running.
+    """
+    real = Path(checkpoint).expanduser().resolve()
+    hashes = recorded_checkpoint_hashes(real)
+    key = _file_key(real, hashes)
+    data = real.read_bytes()
+    _check(checkpoint, real, hashes, key, lambda: hashlib.sha256(data).hexdigest())
+    return data
 
 
 def verify_checkpoint_hash(checkpoint: Path) -> None:
-    """Refuse a checkpoint whose bytes are not the ones docclass recorded when it wrote it.
+    """Refuse a checkpoint whose bytes are not the ones docclass recorded when it wrote it (for
+    a reader that opens the file itself: Lightning's resume)."""
+    real = Path(checkpoint).expanduser().resolve()
+    hashes = recorded_checkpoint_hashes(real)
+    _check(checkpoint, real, hashes, _file_key(real, hashes), lambda: sha256_of(real))
 
-    One without a record (written by Lightning alone, copied without it, an earlier docclass)
-    loads with a warning: ``weights_only`` still keeps its code from running."""
-    hashes = recorded_checkpoint_hashes(checkpoint)
-    stat = checkpoint.stat()
-    # A command reads its checkpoint several times (sizes, artifact, weights): hash it once.
-    key = (
-        str(checkpoint.resolve()),
-        stat.st_ino,
-        stat.st_size,
-        stat.st_mtime_ns,
-        tuple(hashes or ()),
-    )
-    if key in _VERIFIED:
+
+def _check(named: Path, real: Path, hashes: list[str] | None, key: tuple, digest) -> None:
+    # A command reads its checkpoint several times (sizes, artifact, weights): hashed once,
+    # for as long as the file is the one hashed.
+    if key in _VERIFIED and _file_key(real, hashes) == key:
         return
+    computed = digest() if hashes is not None else None
+    if _file_key(real, hashes) != key:
+        raise CheckpointError(f"{named}: changed while it was read; load it once nothing writes it")
     if hashes is None:
         log.warning(
             "%s: no SHA-256 recorded beside it (%s), so it is loaded unchecked",
-            checkpoint,
-            checkpoint_hash_path(checkpoint).name,
+            named,
+            checkpoint_hash_path(real).name,
         )
-    elif sha256_of(checkpoint) not in hashes:
+    elif computed not in hashes:
         raise CheckpointError(
-            f"{checkpoint}: its SHA-256 is not the one recorded in "
-            f"{checkpoint_hash_path(checkpoint).name} when docclass wrote it (changed or "
+            f"{named}: its SHA-256 is not the one recorded in "
+            f"{checkpoint_hash_path(real).name} when docclass wrote it (changed or "
             "damaged since); use another checkpoint, or delete the record only if you trust it"
         )
     _VERIFIED.add(key)

@@ -15,8 +15,10 @@ from docclass.artifacts.hashing import (
     checkpoint_hash_path,
     recorded_checkpoint_hashes,
     sha256_of,
+    verify_checkpoint_hash,
     write_checkpoint_hashes,
 )
+from docclass.errors import CheckpointError
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -35,7 +37,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if "://" in str(path):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
-        target = Path(path)
+        target = Path(path).expanduser()
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
         # A process killed mid-write (SIGKILL: no clean-up runs) leaves its partial file.
@@ -50,10 +52,16 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             new = sha256_of(partial)
             # The record names both files while one replaces the other, so that a kill at any
             # point leaves a checkpoint its record accepts.
-            old = recorded_checkpoint_hashes(target) if target.exists() else []
-            if old is None:  # a checkpoint of an earlier docclass, about to be replaced
-                old = [sha256_of(target)]
-            write_checkpoint_hashes(target, [*old, new])
+            try:
+                old = recorded_checkpoint_hashes(target) if target.exists() else []
+            except CheckpointError:  # a damaged record must not stop training
+                old = None
+            if old is None:
+                # The file in place was never checked: no record is written for it, so that
+                # a kill before the rename leaves it unchecked, not vouched for.
+                checkpoint_hash_path(target).unlink(missing_ok=True)
+            else:
+                write_checkpoint_hashes(target, [*old, new])
             os.replace(partial, target)
             write_checkpoint_hashes(target, [new])
         finally:
@@ -62,4 +70,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def remove_checkpoint(self, path: Any) -> None:
         super().remove_checkpoint(path)
         if "://" not in str(path):
-            checkpoint_hash_path(Path(path)).unlink(missing_ok=True)
+            checkpoint_hash_path(Path(path).expanduser()).unlink(missing_ok=True)
+
+    def load_checkpoint(self, path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Lightning's own read (a resume, whatever alias named the file) checks it first."""
+        if "://" not in str(path):
+            verify_checkpoint_hash(Path(path))
+        return super().load_checkpoint(path, *args, **kwargs)

@@ -568,6 +568,75 @@ def test_a_checkpoint_is_loaded_only_with_the_bytes_docclass_wrote(tmp_path, mon
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_checkpoint_record_that_cannot_vouch_never_stops_training_or_vouches_wrongly(
+    tmp_path, monkeypatch, caplog
+):
+    import os
+
+    from docclass.errors import CheckpointError
+    from docclass.train import checkpoint as checkpoint_io
+
+    path = tmp_path / "last.ckpt"
+    record = tmp_path / "last.ckpt.sha256"
+    io = checkpoint_io.AtomicCheckpointIO()
+    # A damaged record (a power cut, an upper-case hash): loading refuses it in one line, and
+    # the next save replaces it rather than failing the run.
+    torch.save({"epoch": 0}, path)
+    for damaged in ("", " \n", "ABC  last.ckpt\n"):
+        record.write_text(damaged)
+        with pytest.raises(CheckpointError, match="not a SHA-256 record"):
+            load_checkpoint(path)
+        io.save_checkpoint({"epoch": 1}, path)
+        assert load_checkpoint(path)["epoch"] == 1
+    # A checkpoint that was never checked (no record) and a save killed before its rename: it
+    # stays unchecked, not vouched for by a record written for the save.
+    record.unlink()
+    torch.save({"epoch": 5}, path)
+    real_replace = os.replace
+    monkeypatch.setattr(checkpoint_io.os, "replace", lambda *a: (_ for _ in ()).throw(
+        KeyboardInterrupt))  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        io.save_checkpoint({"epoch": 6}, path)
+    monkeypatch.setattr(checkpoint_io.os, "replace", real_replace)
+    assert not record.exists()
+    with caplog.at_level("WARNING"):
+        assert load_checkpoint(path)["epoch"] == 5
+    assert "loaded unchecked" in caplog.text
+    # Rewritten in place with its old size and times put back: still refused in this process.
+    io.save_checkpoint({"epoch": 7, "w": torch.ones(3)}, path)
+    load_checkpoint(path)
+    stat = path.stat()
+    ones = torch.ones(3).numpy().tobytes()
+    data = path.read_bytes()
+    assert data.count(ones) == 1
+    with open(path, "r+b") as handle:  # the weights' bytes, changed where they lie
+        handle.seek(data.index(ones))
+        handle.write(torch.full((3,), 2.0).numpy().tobytes())
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (stat.st_size, stat.st_mtime_ns)
+    with pytest.raises(CheckpointError, match="SHA-256 is not the one recorded"):
+        load_checkpoint(path)
+    # Lightning's own read (a resume by any alias) checks the file too.
+    with pytest.raises(CheckpointError, match="SHA-256 is not the one recorded"):
+        io.load_checkpoint(path)
+
+
+def test_a_linked_checkpoint_is_checked_as_the_file_it_names(tmp_path):
+    io = checkpoint_io_module().AtomicCheckpointIO()
+    io.save_checkpoint({"epoch": 1}, tmp_path / "last.ckpt")
+    io.save_checkpoint({"epoch": 3}, tmp_path / "epoch=3.ckpt")
+    # Lightning's save_last="link" swaps last.ckpt for a link, leaving last.ckpt's record.
+    (tmp_path / "last.ckpt").unlink()
+    (tmp_path / "last.ckpt").symlink_to("epoch=3.ckpt")
+    assert load_checkpoint(tmp_path / "last.ckpt")["epoch"] == 3
+
+
+def checkpoint_io_module():
+    from docclass.train import checkpoint
+
+    return checkpoint
+
+
 def test_training_runs_write_checkpoints_atomically():
     from docclass.cli import DocClassCLI
     from docclass.train.checkpoint import AtomicCheckpointIO
