@@ -85,6 +85,30 @@ _UTF8_STEP = re.compile(
 )
 
 
+# Sniffing this much of a file is enough to tell text from binary.
+SNIFF_BYTES = 8192
+UTF32_MARKS = ((b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"))
+UTF16_MARKS = ((b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
+
+
+def binary_reason(raw: bytes) -> str | None:
+    """Why a file's bytes are not a text document, or None when they are text.
+
+    NUL bytes in its first 8 KiB, unless a UTF-16 or UTF-32 byte-order mark says they are
+    text; after such a mark, what only other bytes decode to: a NUL character, or more than
+    1 % code units that form no character (one alone, as a file cut at an odd byte ends, is
+    allowed; a U+FFFD the text itself holds is not counted)."""
+    sniff = raw[:SNIFF_BYTES]
+    codec = next((c for mark, c in (*UTF32_MARKS, *UTF16_MARKS) if sniff.startswith(mark)), None)
+    if codec is None:
+        return "binary file (NUL bytes)" if b"\x00" in sniff else None
+    replaced = sniff.decode(codec, errors="replace")
+    broken = len(replaced) - len(sniff.decode(codec, errors="ignore"))
+    if "\x00" in replaced or broken > max(1, 0.01 * len(replaced)):
+        return "binary file (not UTF-16/32 text after its mark)"
+    return None
+
+
 def decode_text(raw: bytes) -> tuple[str, bool]:
     """Decode UTF-8 (a UTF-8 byte-order mark dropped); a file with a UTF-32 or UTF-16
     byte-order mark by its mark; otherwise, when strict UTF-8 fails, the whole file as
@@ -106,11 +130,9 @@ def decode_text(raw: bytes) -> tuple[str, bool]:
     Returns:
         ``(text, was_legacy)``; ``was_legacy`` is True when strict UTF-8 failed.
     """
-    for mark, codec in ((b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32")):
+    for mark, codec in (*UTF32_MARKS, *UTF16_MARKS):
         if raw.startswith(mark):
             return raw.decode(codec, errors="replace"), True
-    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return raw.decode("utf-16", errors="replace"), True
     try:
         return raw.decode("utf-8-sig"), False
     except UnicodeDecodeError:
@@ -214,14 +236,26 @@ def read_class_folders(root: Path, legacy_level: int = logging.WARNING) -> Loade
     skipped = [d.name for d in folders if d not in class_dirs]
     if skipped:
         log.warning("%s: not classes (hidden, or no .txt files): %s", root, skipped)
-    ids, texts, labels, legacy = [], [], [], 0
+    ids, texts, labels, legacy, binary = [], [], [], 0, []
     for class_dir in class_dirs:
         for path in _text_files(class_dir):
-            text, was_legacy = decode_text(path.read_bytes())
+            raw = path.read_bytes()
+            if binary_reason(raw):
+                # As classify refuses it: its bytes read as text would be trained on as words.
+                binary.append(f"{class_dir.name}/{path.name}")
+                continue
+            text, was_legacy = decode_text(raw)
             legacy += was_legacy
             ids.append(f"{class_dir.name}/{path.name}")
             texts.append(text)
             labels.append(class_dir.name)
+    if binary:
+        log.warning(
+            "%d .txt file(s) in %s are binary, not text, and were skipped (first: %s)",
+            len(binary),
+            root,
+            binary[0],
+        )
     if not ids:
         raise DataError(
             f"no .txt files found under {root}/<class>/: put one sub-folder of .txt files per class"
@@ -236,7 +270,9 @@ def read_class_folders(root: Path, legacy_level: int = logging.WARNING) -> Loade
         )
     dataset = datasets.Dataset.from_dict({"id": ids, "text": texts, "label": labels})
     return LoadedSource(
-        {"train": dataset}, [d.name for d in class_dirs], {"non_utf8_files": legacy}
+        {"train": dataset},
+        [d.name for d in class_dirs],
+        {"non_utf8_files": legacy, "binary_files_skipped": len(binary)},
     )
 
 

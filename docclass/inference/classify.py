@@ -41,15 +41,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from docclass.data.sources import decode_text
+from docclass.data.sources import binary_reason, decode_text
 from docclass.errors import ConfigError
 from docclass.inference.classifier import DocClassifier
 from docclass.interpret.records import EMPTY_DOCUMENT
 
 TABLE_SUFFIXES = {".csv", ".jsonl", ".parquet"}
-# Sniffing this much of a file is enough to tell text from binary.
-SNIFF_BYTES = 8192
-UTF16_32_MARKS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
 NOT_UTF8 = (
     "not valid UTF-8: read by its UTF-16/32 mark, or as Windows-1252 (or UTF-8 with stray "
     "Windows-1252 quotes), as training reads class-folder files; save it as UTF-8"
@@ -72,23 +69,12 @@ class InputDocument:
 def decode_document(raw: bytes) -> tuple[str | None, str | None, str | None]:
     """``(text, error, warning)`` for a file's bytes, decoded as training decodes a class
     folder's files: a model trained on Windows-1252 files then reads the same words here."""
-    # UTF-16 and UTF-32 text is full of NUL bytes; its byte-order mark says it is text.
-    if b"\x00" in raw[:SNIFF_BYTES] and not raw.startswith(UTF16_32_MARKS):
-        return None, "binary file (NUL bytes): not a text document", None
+    reason = binary_reason(raw)
+    if reason:
+        return None, f"{reason}: not a text document", None
     text, was_legacy = decode_text(raw)
-    if raw.startswith(UTF16_32_MARKS) and _not_text(text[: SNIFF_BYTES // 2]):
-        # The bytes a mark lets through: a binary file that happens to begin FF FE (or FE FF)
-        # decodes to NULs and broken surrogates, which no UTF-16 or UTF-32 text holds.
-        return None, "binary file (not UTF-16/32 text after its mark): not a text document", None
     warning = NOT_UTF8 if was_legacy else None
     return text, None, warning
-
-
-def _not_text(decoded: str) -> bool:
-    """Whether text decoded by a byte-order mark holds what only other bytes decode to: a NUL,
-    or more than 1 % replacement characters (code units that form no character; one alone,
-    as a file cut at an odd byte ends, is allowed)."""
-    return "\x00" in decoded or decoded.count("\ufffd") > max(1, 0.01 * len(decoded))
 
 
 def _read_file(path: Path) -> InputDocument:

@@ -796,3 +796,24 @@ def test_a_mid_epoch_position_resumes_only_with_the_processes_that_wrote_it():
                 datamodule._take_resume_at()
         else:
             assert datamodule._take_resume_at() == (1, batches_done)
+
+
+@pytest.mark.fault(
+    "a class folder's .txt file that is binary (NUL bytes, or not UTF-16/32 after its mark)",
+    "skipped with a warning naming the first and counted in `metrics.json` "
+    "(`binary_files_skipped`), as `classify` refuses it; its bytes are never trained on as words",
+)
+def test_a_binary_file_in_a_class_folder_is_skipped_not_read_as_words(tmp_path, caplog):
+    from docclass.data.sources import read_class_folders
+
+    for name, text in (("sport", "The striker scored."), ("tech", "A new chip.")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "a.txt").write_text(text)
+    (tmp_path / "tech" / "b.txt").write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00binary")
+    (tmp_path / "tech" / "c.txt").write_bytes(b"\xff\xfe" + b"\x00" * 40)
+    (tmp_path / "tech" / "d.txt").write_bytes("Chelsea pay £5m".encode("utf-16"))  # text
+    with caplog.at_level("WARNING"):
+        loaded = read_class_folders(tmp_path)
+    assert sorted(loaded.splits["train"]["id"]) == ["sport/a.txt", "tech/a.txt", "tech/d.txt"]
+    assert loaded.stats["binary_files_skipped"] == 2
+    assert "2 .txt file(s)" in caplog.text and "tech/b.txt" in caplog.text

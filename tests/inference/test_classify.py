@@ -114,6 +114,9 @@ def test_a_binary_file_that_starts_like_utf16_is_not_text():
         raw = raw if codec != "utf-16-be" else b"\xfe\xff" + raw
         assert decode_document(raw)[1] is None, codec
     assert decode_document("short".encode("utf-16") + b"!")[0] == "short\ufffd"  # cut short
+    # A U+FFFD the text itself holds is a character, not a unit that formed none.
+    for text in ("Preis: \ufffd EUR", "ok \ufffd\ufffd", "\ufffd" * 50 + "x" * 50):
+        assert decode_document(text.encode("utf-16"))[0] == text
 
 
 @pytest.mark.fault(
