@@ -146,6 +146,21 @@ def logged_rows(logs):
     return [list(csv.DictReader(path.open())) for path in files]
 
 
+def write_stream(tmp_path, documents):
+    """A planted-keyword training stream in two shards and a held-out file in ``tmp_path``;
+    the environment a fit that logs with this module's callbacks runs in."""
+    from helpers import KEYWORDS, write_jsonl
+
+    from docclass.data.synthetic import planted_keyword_corpus
+
+    rows = planted_keyword_corpus(documents, KEYWORDS, seed=7)
+    for shard in range(2):
+        write_jsonl(tmp_path / f"train-{shard}.jsonl", rows[shard::2])
+    write_jsonl(tmp_path / "held_out.jsonl", planted_keyword_corpus(20, KEYWORDS, seed=8))
+    paths = [REPO, REPO / "tests", REPO / "tests" / "train"]
+    return {**ENV, "PYTHONPATH": os.pathsep.join(map(str, paths))}
+
+
 def read_batches(run_dir):
     lines = (run_dir / "batches.jsonl").read_text().splitlines()
     return {record["step"]: record["rows"] for record in map(json.loads, lines)}
@@ -258,16 +273,7 @@ def test_a_step_limited_run_resumes_from_an_epoch_end_into_the_next_epoch(tmp_pa
 # epoch and the batches dropped are the same without workers.
 @pytest.mark.parametrize("workers", [2])
 def test_killed_streamed_run_resumes_with_the_batches_of_an_uninterrupted_run(tmp_path, workers):
-    from helpers import KEYWORDS, write_jsonl
-
-    from docclass.data.synthetic import planted_keyword_corpus
-
-    rows = planted_keyword_corpus(60, KEYWORDS, seed=7)
-    for shard in range(2):
-        write_jsonl(tmp_path / f"train-{shard}.jsonl", rows[shard::2])
-    write_jsonl(tmp_path / "held_out.jsonl", planted_keyword_corpus(20, KEYWORDS, seed=8))
-    paths = [REPO, REPO / "tests", REPO / "tests" / "train"]
-    env = {**ENV, "PYTHONPATH": os.pathsep.join(map(str, paths))}
+    env = write_stream(tmp_path, 60)
     # 5 steps an epoch and a checkpoint every 3: death at step 8 leaves last.ckpt at step 6,
     # one batch into epoch 1 (odd: two workers' batches alternate), and best.ckpt at the end
     # of epoch 0. The loader is built, and a worker starts reading, before Lightning restores
@@ -318,16 +324,7 @@ def test_killed_streamed_run_resumes_with_the_batches_of_an_uninterrupted_run(tm
     "resumes in the next epoch's shuffle, with the batches of an uninterrupted run",
 )
 def test_a_stream_of_unknown_length_resumes_from_an_epoch_end_in_the_next_epoch(tmp_path):
-    from helpers import KEYWORDS, write_jsonl
-
-    from docclass.data.synthetic import planted_keyword_corpus
-
-    rows = planted_keyword_corpus(30, KEYWORDS, seed=7)
-    for shard in range(2):
-        write_jsonl(tmp_path / f"train-{shard}.jsonl", rows[shard::2])
-    write_jsonl(tmp_path / "held_out.jsonl", planted_keyword_corpus(20, KEYWORDS, seed=8))
-    paths = [REPO, REPO / "tests", REPO / "tests" / "train"]
-    env = {**ENV, "PYTHONPATH": os.pathsep.join(map(str, paths))}
+    env = write_stream(tmp_path, 30)
     steps = ["--trainer.max_epochs", "2", "--trainer.max_steps", "100",
              "--data.source", str(tmp_path / "held_out.jsonl"), "--data.max_docs_per_class",
              "null", "--data.stream", str(tmp_path / "train-*.jsonl"), "--data.batch_size", "8",
