@@ -26,7 +26,7 @@ MODEL_PREFIX = "model."  # the LightningModule keeps the network under .model
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Load a checkpoint file without executing pickled code."""
-    path = Path(path)
+    path = Path(path).expanduser()
     if not path.is_file():
         raise CheckpointError(
             f"{path}: checkpoint not found; pass the .ckpt written by 'docclass fit'"

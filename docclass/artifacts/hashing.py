@@ -83,47 +83,42 @@ def checked_checkpoint_bytes(checkpoint: Path) -> bytes:
     """A checkpoint's bytes, read once and checked against the SHA-256 docclass recorded beside
     it when it wrote them: what is unpickled is what was hashed.
 
-    A link (Lightning's ``save_last="link"``) is checked as the file it names, by that file's
-    record. A checkpoint without a record (written by Lightning alone, copied without it, an
-    earlier docclass) loads with a warning: ``weights_only`` still keeps its code from running.
+    A link is checked by the record beside the file it names (Lightning's ``save_last="link"``
+    leaves the link's own record stale), else by the link's own. A checkpoint without a record
+    (written by Lightning alone, copied without it, an earlier docclass) loads with a warning:
+    ``weights_only`` still keeps its code from running.
     """
-    real = Path(checkpoint).expanduser().resolve()
+    named = Path(checkpoint).expanduser()
+    real = named.resolve()
+    owner = real
     hashes = recorded_checkpoint_hashes(real)
+    if hashes is None and named.is_symlink():
+        owner, hashes = named, recorded_checkpoint_hashes(named)
     key = _file_key(real, hashes)
     data = real.read_bytes()
-    _check(checkpoint, real, hashes, key, lambda: hashlib.sha256(data).hexdigest())
-    return data
-
-
-def verify_checkpoint_hash(checkpoint: Path) -> None:
-    """Refuse a checkpoint whose bytes are not the ones docclass recorded when it wrote it (for
-    a reader that opens the file itself: Lightning's resume)."""
-    real = Path(checkpoint).expanduser().resolve()
-    hashes = recorded_checkpoint_hashes(real)
-    _check(checkpoint, real, hashes, _file_key(real, hashes), lambda: sha256_of(real))
-
-
-def _check(named: Path, real: Path, hashes: list[str] | None, key: tuple, digest) -> None:
     # A command reads its checkpoint several times (sizes, artifact, weights): hashed once,
     # for as long as the file is the one hashed.
     if key in _VERIFIED and _file_key(real, hashes) == key:
-        return
-    computed = digest() if hashes is not None else None
+        return data
+    computed = hashlib.sha256(data).hexdigest() if hashes is not None else None
     if _file_key(real, hashes) != key:
-        raise CheckpointError(f"{named}: changed while it was read; load it once nothing writes it")
+        raise CheckpointError(
+            f"{checkpoint}: changed while it was read; load it once nothing writes it"
+        )
     if hashes is None:
         log.warning(
             "%s: no SHA-256 recorded beside it (%s), so it is loaded unchecked",
-            named,
+            checkpoint,
             checkpoint_hash_path(real).name,
         )
     elif computed not in hashes:
         raise CheckpointError(
-            f"{named}: its SHA-256 is not the one recorded in "
-            f"{checkpoint_hash_path(real).name} when docclass wrote it (changed or "
+            f"{checkpoint}: its SHA-256 is not the one recorded in "
+            f"{checkpoint_hash_path(owner).name} when docclass wrote it (changed or "
             "damaged since); use another checkpoint, or delete the record only if you trust it"
         )
     _VERIFIED.add(key)
+    return data
 
 
 _VERIFIED: set[tuple] = set()

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 from typing import Any
@@ -12,13 +13,18 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from docclass.artifacts.hashing import (
+    checked_checkpoint_bytes,
     checkpoint_hash_path,
     recorded_checkpoint_hashes,
     sha256_of,
-    verify_checkpoint_hash,
     write_checkpoint_hashes,
 )
 from docclass.errors import CheckpointError
+
+
+def _as_saved(storage: Any, location: str) -> Any:
+    """Lightning's default placement: every tensor stays where loading puts it (the CPU)."""
+    return storage
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -72,8 +78,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if "://" not in str(path):
             checkpoint_hash_path(Path(path).expanduser()).unlink(missing_ok=True)
 
-    def load_checkpoint(self, path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """Lightning's own read (a resume, whatever alias named the file) checks it first."""
-        if "://" not in str(path):
-            verify_checkpoint_hash(Path(path))
-        return super().load_checkpoint(path, *args, **kwargs)
+    def load_checkpoint(
+        self, path: Any, map_location: Any = _as_saved, weights_only: bool | None = None
+    ) -> dict[str, Any]:
+        """Lightning's own read (a resume, whatever alias named the file): the bytes checked
+        against the file's record are the ones unpickled."""
+        if "://" in str(path):
+            return super().load_checkpoint(path, map_location, weights_only)
+        data = checked_checkpoint_bytes(Path(path))
+        return torch.load(io.BytesIO(data), map_location=map_location, weights_only=weights_only)

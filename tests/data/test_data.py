@@ -817,3 +817,7 @@ def test_a_binary_file_in_a_class_folder_is_skipped_not_read_as_words(tmp_path, 
     assert sorted(loaded.splits["train"]["id"]) == ["sport/a.txt", "tech/a.txt", "tech/d.txt"]
     assert loaded.stats["binary_files_skipped"] == 2
     assert "2 .txt file(s)" in caplog.text and "tech/b.txt" in caplog.text
+    # A folder of binary files only is no class: no output the model could never train.
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "x.txt").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    assert read_class_folders(tmp_path).label_names == ["sport", "tech"]

@@ -616,9 +616,24 @@ def test_a_checkpoint_record_that_cannot_vouch_never_stops_training_or_vouches_w
     # Lightning's own read (a resume by any alias) checks the file too.
     with pytest.raises(CheckpointError, match="SHA-256 is not the one recorded"):
         io.load_checkpoint(path)
+    # Both readers unpickle the very bytes they hashed, never the path opened again.
+    io.save_checkpoint({"epoch": 8}, path)
+    opened = []
+    real_load = torch.load
+    monkeypatch.setattr(torch, "load", lambda f, **kw: opened.append(f) or real_load(f, **kw))
+    assert load_checkpoint(path)["epoch"] == io.load_checkpoint(path)["epoch"] == 8
+    assert [type(f).__name__ for f in opened] == ["BytesIO", "BytesIO"]
+    monkeypatch.undo()
+    # A path with "~" is the user's home folder, for the save, the record and the load.
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    io.save_checkpoint({"epoch": 10}, "~/run/last.ckpt")
+    assert (tmp_path / "home" / "run" / "last.ckpt.sha256").is_file()
+    assert load_checkpoint("~/run/last.ckpt")["epoch"] == 10
 
 
 def test_a_linked_checkpoint_is_checked_as_the_file_it_names(tmp_path):
+    from docclass.errors import CheckpointError
+
     io = checkpoint_io_module().AtomicCheckpointIO()
     io.save_checkpoint({"epoch": 1}, tmp_path / "last.ckpt")
     io.save_checkpoint({"epoch": 3}, tmp_path / "epoch=3.ckpt")
@@ -626,6 +641,16 @@ def test_a_linked_checkpoint_is_checked_as_the_file_it_names(tmp_path):
     (tmp_path / "last.ckpt").unlink()
     (tmp_path / "last.ckpt").symlink_to("epoch=3.ckpt")
     assert load_checkpoint(tmp_path / "last.ckpt")["epoch"] == 3
+    # A link into a store of unrecorded files (a hub cache's blobs/) keeps its own record.
+    blob = tmp_path / "blobs" / "abc"
+    blob.parent.mkdir()
+    (tmp_path / "epoch=3.ckpt").rename(blob)
+    (tmp_path / "epoch=3.ckpt.sha256").rename(tmp_path / "linked.ckpt.sha256")
+    (tmp_path / "linked.ckpt").symlink_to(blob)
+    assert load_checkpoint(tmp_path / "linked.ckpt")["epoch"] == 3
+    torch.save({"epoch": 99}, blob)
+    with pytest.raises(CheckpointError, match="SHA-256 is not the one recorded"):
+        load_checkpoint(tmp_path / "linked.ckpt")
 
 
 def checkpoint_io_module():
