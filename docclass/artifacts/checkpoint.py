@@ -8,7 +8,6 @@ Lightning writes the checkpoint; the LightningModule adds an artifact entry of p
 
 from __future__ import annotations
 
-import io
 import pickle
 import zipfile
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 import torch
 
-from docclass.artifacts.hashing import checked_checkpoint_bytes
+from docclass.artifacts.hashing import load_checked_checkpoint
 from docclass.errors import CheckpointError, one_line
 
 ARTIFACT_KEY = "docclass"
@@ -31,9 +30,12 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{path}: checkpoint not found; pass the .ckpt written by 'docclass fit'"
         )
-    data = checked_checkpoint_bytes(path)
     try:
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        return load_checked_checkpoint(
+            path, lambda handle: torch.load(handle, map_location="cpu", weights_only=True)
+        )
+    except CheckpointError:
+        raise
     except (
         RuntimeError,
         EOFError,

@@ -13,17 +13,20 @@ another checkpoint of the same run.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, TypeVar
 
 import torch
 
 from docclass.errors import CheckpointError
 
 MANIFEST = "manifest.json"
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -72,19 +75,26 @@ def write_checkpoint_hashes(checkpoint: Path, hashes: list[str]) -> None:
     os.replace(partial, record)
 
 
-def _file_key(path: Path, hashes: list[str] | None) -> tuple:
-    """What changes whenever a file's bytes do: the change time cannot be set back by a user."""
-    stat = path.stat()
+def _handle_key(handle: BinaryIO, hashes: list[str] | None) -> tuple:
+    """What changes whenever an open file's bytes do: the change time cannot be set back."""
+    stat = os.fstat(handle.fileno())
     return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns,
             tuple(hashes or ()))  # fmt: skip
 
 
-def checked_checkpoint_bytes(checkpoint: Path) -> bytes:
-    """A checkpoint's bytes, read once and checked against the SHA-256 docclass recorded beside
-    it when it wrote them: what is unpickled is what was hashed.
+def load_checked_checkpoint(
+    checkpoint: Path, load: Callable[[BinaryIO], T], may_run_code: bool = False
+) -> T:
+    """``load`` of a checkpoint's open file, once its bytes are checked against the SHA-256
+    docclass recorded beside it when it wrote them.
 
-    A link is checked by the record beside the file it names (Lightning's ``save_last="link"``
-    leaves the link's own record stale), else by the link's own. A checkpoint without a record
+    Hashed and unpickled through one open handle: a file renamed into its place meanwhile is
+    not read, and one written in place is refused (its change time moves). Streamed, so a
+    checkpoint is never held twice in memory; but a ``load`` that ``may_run_code``
+    (``weights_only`` off) gets the very bytes that were hashed, read whole first, since a
+    write in place between the hash and the load would run before it was noticed. A link is
+    checked by the record beside the file it names (Lightning's ``save_last="link"`` leaves
+    the link's own record stale), else by the link's own. A checkpoint without a record
     (written by Lightning alone, copied without it, an earlier docclass) loads with a warning:
     ``weights_only`` still keeps its code from running.
     """
@@ -94,31 +104,43 @@ def checked_checkpoint_bytes(checkpoint: Path) -> bytes:
     hashes = recorded_checkpoint_hashes(real)
     if hashes is None and named.is_symlink():
         owner, hashes = named, recorded_checkpoint_hashes(named)
-    key = _file_key(real, hashes)
-    data = real.read_bytes()
-    # A command reads its checkpoint several times (sizes, artifact, weights): hashed once,
-    # for as long as the file is the one hashed.
-    if key in _VERIFIED and _file_key(real, hashes) == key:
-        return data
-    computed = hashlib.sha256(data).hexdigest() if hashes is not None else None
-    if _file_key(real, hashes) != key:
-        raise CheckpointError(
-            f"{checkpoint}: changed while it was read; load it once nothing writes it"
-        )
-    if hashes is None:
-        log.warning(
-            "%s: no SHA-256 recorded beside it (%s), so it is loaded unchecked",
-            checkpoint,
-            checkpoint_hash_path(real).name,
-        )
-    elif computed not in hashes:
-        raise CheckpointError(
-            f"{checkpoint}: its SHA-256 is not the one recorded in "
-            f"{checkpoint_hash_path(owner).name} when docclass wrote it (changed or "
-            "damaged since); use another checkpoint, or delete the record only if you trust it"
-        )
+    with open(real, "rb") as handle:
+        key = _handle_key(handle, hashes)
+        whole = handle.read() if may_run_code else None
+        # A command reads its checkpoint several times (sizes, artifact, weights): hashed
+        # once, for as long as the file is the one hashed.
+        if key not in _VERIFIED:
+            if hashes is None:
+                log.warning(
+                    "%s: no SHA-256 recorded beside it (%s), so it is loaded unchecked",
+                    checkpoint,
+                    checkpoint_hash_path(real).name,
+                )
+            elif _sha256_of_handle(handle, whole) not in hashes:
+                raise CheckpointError(
+                    f"{checkpoint}: its SHA-256 is not the one recorded in "
+                    f"{checkpoint_hash_path(owner).name} when docclass wrote it (changed or "
+                    "damaged since); use another checkpoint, or delete the record only if you "
+                    "trust it"
+                )
+        handle.seek(0)
+        loaded = load(io.BytesIO(whole) if whole is not None else handle)
+        if _handle_key(handle, hashes) != key:
+            raise CheckpointError(
+                f"{checkpoint}: changed while it was read; load it once nothing writes it"
+            )
     _VERIFIED.add(key)
-    return data
+    return loaded
+
+
+def _sha256_of_handle(handle: BinaryIO, whole: bytes | None) -> str:
+    """The SHA-256 of ``whole`` when read already, else of the handle's bytes, streamed."""
+    digest = hashlib.sha256(whole or b"")
+    if whole is None:
+        handle.seek(0)
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 _VERIFIED: set[tuple] = set()

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import io
 import os
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,8 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from docclass.artifacts.hashing import (
-    checked_checkpoint_bytes,
     checkpoint_hash_path,
+    load_checked_checkpoint,
     recorded_checkpoint_hashes,
     sha256_of,
     write_checkpoint_hashes,
@@ -85,5 +84,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         against the file's record are the ones unpickled."""
         if "://" in str(path):
             return super().load_checkpoint(path, map_location, weights_only)
-        data = checked_checkpoint_bytes(Path(path))
-        return torch.load(io.BytesIO(data), map_location=map_location, weights_only=weights_only)
+        return load_checked_checkpoint(
+            Path(path),
+            lambda handle: torch.load(handle, map_location=map_location, weights_only=weights_only),
+            # None is torch's default, which an environment variable can turn off.
+            may_run_code=weights_only is not True,
+        )

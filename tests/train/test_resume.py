@@ -616,14 +616,42 @@ def test_a_checkpoint_record_that_cannot_vouch_never_stops_training_or_vouches_w
     # Lightning's own read (a resume by any alias) checks the file too.
     with pytest.raises(CheckpointError, match="SHA-256 is not the one recorded"):
         io.load_checkpoint(path)
-    # Both readers unpickle the very bytes they hashed, never the path opened again.
+    # Each reader unpickles what it hashed: docclass's through the very handle it hashed (at
+    # its start), Lightning's (weights_only not forced on) from the bytes it hashed.
+    from docclass.artifacts import hashing
+
     io.save_checkpoint({"epoch": 8}, path)
-    opened = []
-    real_load = torch.load
-    monkeypatch.setattr(torch, "load", lambda f, **kw: opened.append(f) or real_load(f, **kw))
-    assert load_checkpoint(path)["epoch"] == io.load_checkpoint(path)["epoch"] == 8
-    assert [type(f).__name__ for f in opened] == ["BytesIO", "BytesIO"]
+    handles, given, digests = [], [], []
+    real_open, real_load, real_digest = open, torch.load, hashing._sha256_of_handle
+
+    def opening(*args, **kwargs):
+        handles.append(real_open(*args, **kwargs))
+        return handles[-1]
+
+    def loading(f, **kwargs):
+        given.append((f, f.tell()))
+        return real_load(f, **kwargs)
+
+    monkeypatch.setattr(hashing, "open", opening, raising=False)
+    monkeypatch.setattr(torch, "load", loading)
+    monkeypatch.setattr(
+        hashing, "_sha256_of_handle", lambda *a: digests.append(a) or real_digest(*a)
+    )
+    for reader in (load_checkpoint, io.load_checkpoint):
+        hashing._VERIFIED.clear()
+        assert reader(path)["epoch"] == 8
+    assert len(digests) == 2 and given[0] == (handles[0], 0)
+    assert type(given[1][0]).__name__ == "BytesIO" and given[1][0].getvalue() == digests[1][1]
     monkeypatch.undo()
+
+    def written_meanwhile(handle):
+        with open(path, "r+b") as other:
+            other.write(handle.read(1))  # the same byte: only the change time moves
+        return "loaded"
+
+    hashing._VERIFIED.clear()
+    with pytest.raises(CheckpointError, match="changed while it was read"):
+        hashing.load_checked_checkpoint(path, written_meanwhile)
     # A path with "~" is the user's home folder, for the save, the record and the load.
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     io.save_checkpoint({"epoch": 10}, "~/run/last.ckpt")
