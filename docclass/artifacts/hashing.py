@@ -24,6 +24,7 @@ from typing import Any, BinaryIO, TypeVar
 import torch
 
 from docclass.errors import CheckpointError
+from docclass.files import write_atomically
 
 MANIFEST = "manifest.json"
 T = TypeVar("T")
@@ -66,13 +67,8 @@ def recorded_checkpoint_hashes(checkpoint: Path) -> list[str] | None:
 def write_checkpoint_hashes(checkpoint: Path, hashes: list[str]) -> None:
     """Record ``hashes`` as the ones ``checkpoint`` may have: through a temporary file and a
     rename, flushed to disk first, so that a crash leaves the old record or the new one."""
-    record = checkpoint_hash_path(checkpoint)
-    partial = record.with_name(f".{record.name}.{os.getpid()}.partial")
-    with open(partial, "w", encoding="utf-8") as handle:
-        handle.write("".join(f"{h}  {checkpoint.name}\n" for h in hashes))
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(partial, record)
+    lines = "".join(f"{h}  {checkpoint.name}\n" for h in hashes)
+    write_atomically(checkpoint_hash_path(checkpoint), lines, durable=True)
 
 
 def _handle_key(handle: BinaryIO, hashes: list[str] | None) -> tuple:

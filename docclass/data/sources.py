@@ -257,7 +257,8 @@ def read_class_folders(root: Path, legacy_level: int = logging.WARNING) -> Loade
             binary[0],
         )
         # A folder of binary files only is no class, as one of no text files is not.
-        emptied = [d.name for d in class_dirs if d.name not in set(labels)]
+        kept = set(labels)
+        emptied = [d.name for d in class_dirs if d.name not in kept]
         if emptied:
             log.warning("%s: not classes (every .txt file binary): %s", root, emptied)
             class_dirs = [d for d in class_dirs if d.name not in emptied]

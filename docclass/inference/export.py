@@ -25,6 +25,7 @@ from docclass.inference.model_facts import (
     folder_tables_current,
     measured_on,
     read_json,
+    report_of_other_rules,
     run_calibration,
     run_dir_of,
 )
@@ -73,10 +74,7 @@ def run_facts(run_dir: Path | None, fingerprint: str) -> dict[str, Any]:
     # The rules these tables' scores, and so the default chosen from them, were measured
     # under: a later docclass whose methods score otherwise does not take the choice as its own.
     facts["score_rules"] = score_rules()
-    report = measured_on(read_json(run_dir / "report" / "report.json"), fingerprint) or {}
-    if report.get("faithfulness") and report.get("scores") != score_rules():
-        # Measured on these weights, but of scores other rules made: the default's reason
-        # must say so rather than "not measured".
+    if report_of_other_rules(run_dir / "report", fingerprint):
         facts["faithfulness_of_other_rules"] = True
     calibration = run_calibration(run_dir, lambda: fingerprint)
     if calibration:

@@ -194,5 +194,13 @@ def model_default_method(
     tables = faithfulness_tables(run_dir / "report", weights)
     report = read_json(run_dir / "report" / "report.json") or {}
     other_weights = bool(report) and report.get("weights") != weights
-    stale = bool(report.get("faithfulness")) and report.get("scores") != score_rules()
-    return choose_default(tables, other_weights, other_rules=stale and not other_weights)
+    return choose_default(
+        tables, other_weights, other_rules=report_of_other_rules(run_dir / "report", weights)
+    )
+
+
+def report_of_other_rules(report_dir: Path, fingerprint: str) -> bool:
+    """Whether the report measured these weights' faithfulness, but of scores other rules
+    made: the default's reason must say so rather than "not measured"."""
+    report = measured_on(read_json(report_dir / "report.json"), fingerprint) or {}
+    return bool(report.get("faithfulness")) and report.get("scores") != score_rules()
