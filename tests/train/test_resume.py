@@ -590,8 +590,13 @@ def test_a_checkpoint_record_that_cannot_vouch_never_stops_training_or_vouches_w
     record.unlink()
     torch.save({"epoch": 5}, path)
     real_replace = os.replace
-    monkeypatch.setattr(checkpoint_io.os, "replace", lambda *a: (_ for _ in ()).throw(
-        KeyboardInterrupt))  # fmt: skip
+
+    def dies_at_the_checkpoints_rename(source, target):
+        if os.fspath(target) == os.fspath(path):  # records are renamed into place too
+            raise KeyboardInterrupt
+        real_replace(source, target)
+
+    monkeypatch.setattr(checkpoint_io.os, "replace", dies_at_the_checkpoints_rename)
     with pytest.raises(KeyboardInterrupt):
         io.save_checkpoint({"epoch": 6}, path)
     monkeypatch.setattr(checkpoint_io.os, "replace", real_replace)
