@@ -85,8 +85,6 @@ _UTF8_STEP = re.compile(
 )
 
 
-# Sniffing this much of a file is enough to tell text from binary.
-SNIFF_BYTES = 8192
 UTF32_MARKS = ((b"\xff\xfe\x00\x00", "utf-32"), (b"\x00\x00\xfe\xff", "utf-32"))
 UTF16_MARKS = ((b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
 
@@ -94,16 +92,17 @@ UTF16_MARKS = ((b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
 def binary_reason(raw: bytes) -> str | None:
     """Why a file's bytes are not a text document, or None when they are text.
 
-    NUL bytes in its first 8 KiB, unless a UTF-16 or UTF-32 byte-order mark says they are
-    text; after such a mark, what only other bytes decode to: a NUL character, or more than
-    1 % code units that form no character (one alone, as a file cut at an odd byte ends, is
-    allowed; a U+FFFD the text itself holds is not counted)."""
-    sniff = raw[:SNIFF_BYTES]
-    codec = next((c for mark, c in (*UTF32_MARKS, *UTF16_MARKS) if sniff.startswith(mark)), None)
+    NUL bytes anywhere, unless a UTF-16 or UTF-32 byte-order mark says they are text; after
+    such a mark, what only other bytes decode to: a NUL character, or more than 1 % code
+    units that form no character (one alone, as a file cut at an odd byte ends, is allowed; a
+    U+FFFD the text itself holds is not counted). The whole file is looked at, not only its
+    start: binary after a page of text would otherwise be read as words. Both callers hold the
+    whole file already, and a NUL search runs at memory speed."""
+    codec = next((c for mark, c in (*UTF32_MARKS, *UTF16_MARKS) if raw.startswith(mark)), None)
     if codec is None:
-        return "binary file (NUL bytes)" if b"\x00" in sniff else None
-    replaced = sniff.decode(codec, errors="replace")
-    broken = len(replaced) - len(sniff.decode(codec, errors="ignore"))
+        return "binary file (NUL bytes)" if b"\x00" in raw else None
+    replaced = raw.decode(codec, errors="replace")
+    broken = len(replaced) - len(raw.decode(codec, errors="ignore"))
     if "\x00" in replaced or broken > max(1, 0.01 * len(replaced)):
         return "binary file (not UTF-16/32 text after its mark)"
     return None

@@ -108,6 +108,12 @@ def test_a_binary_file_that_starts_like_utf16_is_not_text():
         for binary in (mark + noise, mark + b"\x00" * 64 + b"header"):
             text, error, _ = decode_document(binary)
             assert text is None and error.startswith("binary file"), binary[:8]
+    # Binary after a page of text is looked at too, with a mark and without one (a header's
+    # NUL bytes; noise alone after a long page forms too few broken units to tell).
+    page = ("A page of real text. " * 500).encode("utf-16")
+    header = b"\x7fELF\x02\x01\x01\x00" + b"\x00" * 8
+    for binary in (page + header + noise, b"plain text " * 1000 + header + noise):
+        assert decode_document(binary)[1].startswith("binary file"), len(binary)
     # Real UTF-16 and UTF-32 text, in any script, stays text.
     for codec in ("utf-16", "utf-16-be", "utf-32"):
         raw = ("Καλημέρα, 你好, café 🎉 " * 50).encode(codec)
