@@ -36,17 +36,27 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         )
     except CheckpointError:
         raise
+    except OSError as error:
+        if error.errno is not None:  # the file could not be read; its bytes are not to blame
+            raise CheckpointError(
+                f"{error.filename or path}: cannot be read ({error.strerror}); check its "
+                "permissions and the disk, or use another checkpoint"
+            ) from error
+        raise _not_loadable(path, error) from error
     except (
         RuntimeError,
         EOFError,
-        OSError,
         zipfile.BadZipFile,
         pickle.UnpicklingError,
         ValueError,
     ) as error:
-        raise CheckpointError(
-            f"{path}: not a loadable checkpoint (truncated, corrupted or unsafe: {one_line(error)})"
-        ) from error
+        raise _not_loadable(path, error) from error
+
+
+def _not_loadable(path: Path, error: BaseException) -> CheckpointError:
+    return CheckpointError(
+        f"{path}: not a loadable checkpoint (truncated, corrupted or unsafe: {one_line(error)})"
+    )
 
 
 def read_artifact_from(checkpoint: dict[str, Any], path: str | Path) -> dict[str, Any]:

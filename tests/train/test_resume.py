@@ -664,6 +664,31 @@ def test_a_checkpoint_record_that_cannot_vouch_never_stops_training_or_vouches_w
     assert load_checkpoint("~/run/last.ckpt")["epoch"] == 10
 
 
+@pytest.mark.fault(
+    "a checkpoint the process may not read (permissions, a disk error)",
+    "one line naming the file and what stopped the read, not a claim that it is damaged",
+)
+def test_a_checkpoint_that_cannot_be_read_is_not_called_damaged(tmp_path, monkeypatch):
+    import errno
+
+    from docclass.artifacts import hashing
+    from docclass.errors import CheckpointError
+
+    path = tmp_path / "last.ckpt"
+    checkpoint_io_module().AtomicCheckpointIO().save_checkpoint({"epoch": 1}, path)
+
+    def denied(file, *args, **kwargs):  # root reads any file, so chmod cannot stand in here
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(file))
+
+    monkeypatch.setattr(hashing, "open", denied, raising=False)
+    with pytest.raises(CheckpointError) as refused:
+        load_checkpoint(path)
+    assert str(refused.value).startswith(f"{path}: cannot be read (Permission denied); check")
+    assert "\n" not in str(refused.value)
+    monkeypatch.undo()
+    assert load_checkpoint(path)["epoch"] == 1
+
+
 def test_a_linked_checkpoint_is_checked_as_the_file_it_names(tmp_path):
     from docclass.errors import CheckpointError
 
