@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 from docclass.artifacts.hashing import (
     checkpoint_hash_path,
@@ -90,3 +91,28 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             # None is torch's default, which an environment variable can turn off.
             may_run_code=weights_only is not True,
         )
+
+
+def link_with_record(trainer: Any, filepath: str, linkpath: str) -> None:
+    """Lightning's ``save_last="link"`` with the link's record kept true.
+
+    Lightning replaces ``last.ckpt`` with a link to the newest checkpoint, or with a copy of it
+    where links cannot be made (Windows without the right). Either way the record beside
+    ``last.ckpt`` was the old file's: a link whose target has no record would be checked by it,
+    and a copy always is, so a good file was refused. The old record goes first (a kill
+    mid-copy leaves the copy unchecked, not refused); a copy then gets the hashes recorded for
+    the file it copies, never a hash of its own bytes, so it is vouched for only as far as that
+    file was.
+    """
+    link, source = Path(linkpath), Path(filepath)
+    ours = trainer.is_global_zero and os.path.abspath(filepath) != os.path.abspath(linkpath)
+    if ours:
+        checkpoint_hash_path(link).unlink(missing_ok=True)
+    ModelCheckpoint._link_checkpoint(trainer, filepath, linkpath)
+    if ours and not link.is_symlink() and link.is_file():
+        try:
+            hashes = recorded_checkpoint_hashes(source)
+        except CheckpointError:  # a damaged record vouches for nothing, here as on loading
+            hashes = None
+        if hashes:
+            write_checkpoint_hashes(link, hashes)

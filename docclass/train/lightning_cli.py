@@ -29,7 +29,7 @@ from docclass.train.callbacks import (
     StopOnNonFiniteLoss,
     TrainingTokenBudget,
 )
-from docclass.train.checkpoint import AtomicCheckpointIO
+from docclass.train.checkpoint import AtomicCheckpointIO, link_with_record
 from docclass.train.datamodule import DocDataModule
 from docclass.train.lit_module import DocClassifierModule
 
@@ -193,7 +193,11 @@ class TrainingCLI(LightningCLI):
                 CSVLogger(run_dir, name="logs"),
                 TensorBoardLogger(run_dir, name="tensorboard"),
             ]
-        return super().instantiate_trainer(**kwargs)
+        trainer = super().instantiate_trainer(**kwargs)
+        for callback in trainer.checkpoint_callbacks:
+            # Lightning calls it on the instance; only save_last="link" reaches it.
+            callback._link_checkpoint = link_with_record
+        return trainer
 
     def after_fit(self) -> None:
         if not self.config.fit.get("test_after_fit") or self.trainer.interrupted:

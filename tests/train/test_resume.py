@@ -711,6 +711,52 @@ def test_a_linked_checkpoint_is_checked_as_the_file_it_names(tmp_path):
         load_checkpoint(tmp_path / "linked.ckpt")
 
 
+@pytest.mark.fault(
+    '`save_last="link"` where links cannot be made (Windows): Lightning copies the newest '
+    "checkpoint over `last.ckpt`, beside the old file's record",
+    "the copy is checked against the record of the file it copies; a changed copy is refused",
+)
+@pytest.mark.parametrize("links", ["made", "refused"])
+def test_a_linked_last_checkpoint_is_checked_as_the_file_it_copies_or_names(
+    tmp_path, monkeypatch, caplog, links
+):
+    from docclass.artifacts import hashing
+    from docclass.cli import main
+    from docclass.errors import CheckpointError
+
+    linked = tmp_path / "linked"
+    last = linked / "last.ckpt"
+    # An earlier run wrote last.ckpt itself (save_last=True): its record stays beside it.
+    checkpoint_io_module().AtomicCheckpointIO().save_checkpoint({"epoch": -1}, last)
+    if links == "refused":
+
+        def no_links(*args, **kwargs):
+            raise OSError("symbolic links need a privilege here")
+
+        monkeypatch.setattr(os, "symlink", no_links)
+    main([
+        "fit", "--config", str(CONFIGS / "tiny.yaml"), "--report_after_fit", "false",
+        "--test_after_fit", "false", "--trainer.default_root_dir", str(tmp_path / "run"),
+        "--trainer.max_epochs", "2",
+        "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+        "--trainer.callbacks.dirpath", str(linked), "--trainer.callbacks.filename", "{epoch}",
+        "--trainer.callbacks.save_top_k", "-1", "--trainer.callbacks.save_last", "link",
+        "--trainer.callbacks.enable_version_counter", "false",
+        "--trainer.callbacks.monitor", "val/loss",  # docclass's own last.ckpt is unmonitored
+    ])  # fmt: skip
+    monkeypatch.undo()
+    assert last.is_symlink() == (links == "made")
+    hashing._VERIFIED.clear()
+    with caplog.at_level("WARNING"):
+        assert load_checkpoint(last)["epoch"] == 1
+    assert "unchecked" not in caplog.text
+    # Vouched for only as far as the file it copies: other bytes in its place are refused
+    # (written through the link where it is one).
+    torch.save({"epoch": 9}, last)
+    with pytest.raises(CheckpointError, match="SHA-256 is not the one recorded"):
+        load_checkpoint(last)
+
+
 def checkpoint_io_module():
     from docclass.train import checkpoint
 
