@@ -96,10 +96,7 @@ def load_checked_checkpoint(
     """
     named = Path(checkpoint).expanduser()
     real = named.resolve()
-    owner = real
-    hashes = recorded_checkpoint_hashes(real)
-    if hashes is None and named.is_symlink():
-        owner, hashes = named, recorded_checkpoint_hashes(named)
+    owner, hashes = _record_for(named, real)
     with open(real, "rb") as handle:
         key = _handle_key(handle, hashes)
         whole = handle.read() if may_run_code else None
@@ -112,13 +109,18 @@ def load_checked_checkpoint(
                     checkpoint,
                     checkpoint_hash_path(real).name,
                 )
-            elif _sha256_of_handle(handle, whole) not in hashes:
-                raise CheckpointError(
-                    f"{checkpoint}: its SHA-256 is not the one recorded in "
-                    f"{checkpoint_hash_path(owner).name} when docclass wrote it (changed or "
-                    "damaged since); use another checkpoint, or delete the record only if you "
-                    "trust it"
-                )
+            elif (digest := _sha256_of_handle(handle, whole)) not in hashes:
+                # A save may have renamed a new file into place, and recorded it, between the
+                # record's read and the open: the record as it is now holds the bytes hashed.
+                owner, hashes = _record_for(named, real)
+                if hashes is None or digest not in hashes:
+                    raise CheckpointError(
+                        f"{checkpoint}: its SHA-256 is not the one recorded in "
+                        f"{checkpoint_hash_path(owner).name} when docclass wrote it (changed or "
+                        "damaged since); use another checkpoint, or delete the record only if "
+                        "you trust it"
+                    )
+                key = _handle_key(handle, hashes)
         handle.seek(0)
         loaded = load(io.BytesIO(whole) if whole is not None else handle)
         if _handle_key(handle, hashes) != key:
@@ -127,6 +129,14 @@ def load_checked_checkpoint(
             )
     _VERIFIED.add(key)
     return loaded
+
+
+def _record_for(named: Path, real: Path) -> tuple[Path, list[str] | None]:
+    """Whose record checks a checkpoint, and its hashes: the file's, else a link's own."""
+    hashes = recorded_checkpoint_hashes(real)
+    if hashes is None and named.is_symlink():
+        return named, recorded_checkpoint_hashes(named)
+    return real, hashes
 
 
 def _sha256_of_handle(handle: BinaryIO, whole: bytes | None) -> str:

@@ -689,6 +689,33 @@ def test_a_checkpoint_that_cannot_be_read_is_not_called_damaged(tmp_path, monkey
     assert load_checkpoint(path)["epoch"] == 1
 
 
+@pytest.mark.fault(
+    "a checkpoint loaded while training saves a new one over it (a report of the run so far)",
+    "loaded: the new file, checked against the record its save wrote, not refused as damaged",
+)
+def test_a_save_between_reading_the_record_and_opening_the_file_is_no_damage(tmp_path, monkeypatch):
+    import builtins
+
+    from docclass.artifacts import hashing
+
+    path = tmp_path / "last.ckpt"
+    io = checkpoint_io_module().AtomicCheckpointIO()
+    io.save_checkpoint({"epoch": 1}, path)
+    saved = []
+
+    def a_save_comes_first(file, *args, **kwargs):
+        if (
+            os.fspath(file) == os.fspath(path) and not saved
+        ):  # the loader has read the record by now
+            saved.append(True)
+            io.save_checkpoint({"epoch": 2}, path)
+        return builtins.open(file, *args, **kwargs)
+
+    monkeypatch.setattr(hashing, "open", a_save_comes_first, raising=False)
+    hashing._VERIFIED.clear()
+    assert load_checkpoint(path)["epoch"] == 2 and saved
+
+
 def test_a_linked_checkpoint_is_checked_as_the_file_it_names(tmp_path):
     from docclass.errors import CheckpointError
 
