@@ -1,9 +1,12 @@
-"""Files written whole or not at all."""
+"""Files written whole or not at all, and folders held by one run at a time."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import IO
+
+from docclass.errors import ConfigError
 
 
 def write_atomically(path: str | Path, data: bytes | str, durable: bool = False) -> None:
@@ -19,3 +22,38 @@ def write_atomically(path: str | Path, data: bytes | str, durable: bool = False)
             handle.flush()
             os.fsync(handle.fileno())
     os.replace(partial, path)
+
+
+RUN_LOCK = ".docclass-run.lock"
+
+
+def lock_folder(folder: str | Path, flag: str) -> IO[str] | None:
+    """Hold ``folder`` for this process's run, or raise ConfigError naming the one that does.
+
+    Two runs writing into one folder interleave their checkpoints, records, metrics and
+    report: each file would be one run's or the other's, with nothing to tell which. The lock
+    is the operating system's (``flock``), so a killed run leaves nothing to clean up; it is
+    released when the returned handle is closed, or with the process. ``flag`` names the
+    setting that chooses the folder. Where ``flock`` is missing (Windows) nothing is held.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    folder = Path(folder).expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = open(folder / RUN_LOCK, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise ConfigError(
+            f"{folder}: another docclass run is writing into it ({holder}); wait for it to "
+            f"end, or give {flag} another folder"
+        ) from None
+    handle.truncate(0)
+    handle.write(f"pid {os.getpid()}\n")
+    handle.flush()
+    return handle

@@ -8,12 +8,15 @@ logs, and after testing ``metrics.json``, ``split.json`` and the predictions.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 import torch.distributed as dist
 from jsonargparse import ArgumentError
+from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
@@ -21,6 +24,7 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from docclass.artifacts.encoders import encoder_model_settings, locate_encoder
 from docclass.artifacts.load import verify_checkpoint
 from docclass.errors import ConfigError
+from docclass.files import lock_folder
 from docclass.train.callbacks import (
     EpochEndResume,
     PredictionWriter,
@@ -121,6 +125,10 @@ class TrainingCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         config = self._subcommand_section(self.config)
+        if self.subcommand in LIGHTNING_SUBCOMMANDS and _first_process():
+            # Before anything is written there; released when training_cli returns.
+            run_dir = config.trainer.get("default_root_dir") or "reports/run"
+            _RUN_LOCKS.append(lock_folder(run_dir, "--trainer.default_root_dir"))
         ckpt_path = config.get("ckpt_path")
         if ckpt_path in ("last", "best"):
             # Lightning finds these itself, later; the tokenizer must come from the same file.
@@ -240,6 +248,7 @@ def training_cli(args: Sequence[str] | None = None, run: bool = True, cli_class=
         parser_kwargs.update({name: {"exit_on_error": False} for name in LIGHTNING_SUBCOMMANDS})
     # A process group that was there before belongs to the caller; one the run made ends with it.
     ends_process_group = run and not _process_group_initialized()
+    locks_before = len(_RUN_LOCKS)
     try:
         with warnings.catch_warnings():
             # Commands that read a config (docclass report --data config.yaml) pass their own
@@ -255,8 +264,21 @@ def training_cli(args: Sequence[str] | None = None, run: bool = True, cli_class=
                 run=run,
             )
     finally:
+        while len(_RUN_LOCKS) > locks_before:
+            if (lock := _RUN_LOCKS.pop()) is not None:
+                lock.close()
         if ends_process_group and _process_group_initialized():
             _end_process_group()
+
+
+# The run folders this process holds (docclass.files.lock_folder), innermost run last.
+_RUN_LOCKS: list[IO[str] | None] = []
+
+
+def _first_process() -> bool:
+    """The process that holds the run folder: rank 0 of node 0 (the other ranks of a DDP run,
+    launched by it, write into the same folder under its hold)."""
+    return rank_zero_only.rank == 0 and int(os.environ.get("NODE_RANK", 0) or 0) == 0
 
 
 def _process_group_initialized() -> bool:

@@ -784,6 +784,35 @@ def test_a_linked_last_checkpoint_is_checked_as_the_file_it_copies_or_names(
         load_checkpoint(last)
 
 
+@pytest.mark.fault(
+    "a second run started into the folder a run is writing (`make demo` twice at once)",
+    "one line, exit 2, before anything is written: the folder is held by the first run (pid), "
+    "and the flag that names another folder; a killed run leaves nothing to clean up",
+)
+def test_a_second_run_into_a_busy_run_folder_is_refused_before_it_writes(tmp_path, capsys):
+    from docclass.cli import main
+    from docclass.files import lock_folder
+
+    run = tmp_path / "run"
+    holder = lock_folder(run, "--trainer.default_root_dir")
+    settings = [
+        "--config", str(CONFIGS / "tiny.yaml"), "--trainer.default_root_dir", str(run),
+        "--trainer.max_epochs", "1", "--report_after_fit", "false",
+    ]  # fmt: skip
+    for command in ("fit", "test"):
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, *settings])
+        assert exit_info.value.code == 2
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert f"another docclass run is writing into it (pid {os.getpid()})" in line, line
+        assert "--trainer.default_root_dir another folder" in line
+    assert sorted(p.name for p in run.iterdir()) == [".docclass-run.lock"]
+    holder.close()  # as a run's end, or its death, releases it
+    main(["fit", *settings])
+    main(["fit", *settings])  # the run before let go of it when it returned
+    assert (run / "checkpoints" / "last.ckpt").is_file()
+
+
 def checkpoint_io_module():
     from docclass.train import checkpoint
 
