@@ -8,6 +8,7 @@ Lightning writes the checkpoint; the LightningModule adds an artifact entry of p
 
 from __future__ import annotations
 
+import errno
 import pickle
 import zipfile
 from pathlib import Path
@@ -21,6 +22,7 @@ from docclass.errors import CheckpointError, one_line
 ARTIFACT_KEY = "docclass"
 FORMAT_VERSION = 1
 MODEL_PREFIX = "model."  # the LightningModule keeps the network under .model
+UNREADABLE = {errno.EACCES, errno.EPERM, errno.EIO, errno.EISDIR, errno.ENOENT}
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -37,7 +39,9 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     except CheckpointError:
         raise
     except OSError as error:
-        if error.errno is not None:  # the file could not be read; its bytes are not to blame
+        # torch.load says "Invalid argument" (EINVAL) of many damaged files: only these
+        # numbers mean the file could not be read at all, whatever its bytes.
+        if error.errno in UNREADABLE:
             raise CheckpointError(
                 f"{error.filename or path}: cannot be read ({error.strerror}); check its "
                 "permissions and the disk, or use another checkpoint"

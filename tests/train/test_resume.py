@@ -687,6 +687,14 @@ def test_a_checkpoint_that_cannot_be_read_is_not_called_damaged(tmp_path, monkey
     assert "\n" not in str(refused.value)
     monkeypatch.undo()
     assert load_checkpoint(path)["epoch"] == 1
+    # A damaged file can make torch itself raise an OSError ("Invalid argument", cut a byte
+    # short): that is damage, not a read the disk or permissions stopped.
+    whole = tmp_path / "whole.ckpt"
+    torch.save({"w": torch.ones(1000), "v": torch.zeros(50, 50)}, whole)
+    cut = tmp_path / "cut.ckpt"
+    cut.write_bytes(whole.read_bytes()[:-1])
+    with pytest.raises(CheckpointError, match="cut.ckpt: not a loadable checkpoint"):
+        load_checkpoint(cut)
 
 
 @pytest.mark.fault(
