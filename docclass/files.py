@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import socket
 from pathlib import Path
 from typing import IO
 
 from docclass.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 def write_atomically(path: str | Path, data: bytes | str, durable: bool = False) -> None:
@@ -34,18 +38,26 @@ def lock_folder(folder: str | Path, flag: str) -> IO[str] | None:
     report: each file would be one run's or the other's, with nothing to tell which. The lock
     is the operating system's (``flock``), so a killed run leaves nothing to clean up; it is
     released when the returned handle is closed, or with the process. ``flag`` names the
-    setting that chooses the folder. Where ``flock`` is missing (Windows) nothing is held.
+    setting that chooses the folder. Nothing is held (None) where ``flock`` is missing
+    (Windows) or the filesystem refuses it (NFS without its lock daemon, Lustre mounted
+    without ``flock``): a warning says so, and the run goes on as before the guard existed.
     """
     try:
         import fcntl
     except ImportError:
         return None
     folder = Path(folder).expanduser()
-    folder.mkdir(parents=True, exist_ok=True)
-    handle = open(folder / RUN_LOCK, "a+", encoding="utf-8")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(folder / RUN_LOCK, "a+", encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(
+            f"{folder}: cannot write into it ({error.strerror or error}); give {flag} a folder "
+            "you can write"
+        ) from None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except BlockingIOError:
         handle.seek(0)
         holder = handle.read().strip() or "another process"
         handle.close()
@@ -53,7 +65,19 @@ def lock_folder(folder: str | Path, flag: str) -> IO[str] | None:
             f"{folder}: another docclass run is writing into it ({holder}); wait for it to "
             f"end, or give {flag} another folder"
         ) from None
+    except OSError as error:
+        handle.close()
+        log.warning(
+            "%s: its filesystem cannot lock files (%s): nothing stops a second run from "
+            "writing into it at the same time",
+            folder,
+            error.strerror or error,
+        )
+        return None
     handle.truncate(0)
-    handle.write(f"pid {os.getpid()}\n")
+    handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
     handle.flush()
+    # A forked child (a DataLoader worker) would share the lock and hold the folder after the
+    # run; its copy of the handle is closed at once (the parent's hold is untouched).
+    os.register_at_fork(after_in_child=handle.close)
     return handle

@@ -8,7 +8,6 @@ logs, and after testing ``metrics.json``, ``split.json`` and the predictions.
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,7 +15,6 @@ from typing import IO
 
 import torch.distributed as dist
 from jsonargparse import ArgumentError
-from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
@@ -50,6 +48,16 @@ class TrainingCLI(LightningCLI):
     After ``fit`` it tests the final weights (``--test_after_fit``) and calls
     :meth:`after_test`, which the command line overrides to draw figures and write the report.
     """
+
+    def __init__(self, *args, **kwargs) -> None:
+        # The run folder this process holds while a subcommand runs (docclass.files.lock_folder);
+        # LightningCLI runs the subcommand inside __init__, so the hold ends with it.
+        self._run_lock: IO[str] | None = None
+        try:
+            super().__init__(*args, **kwargs)
+        finally:
+            if self._run_lock is not None:
+                self._run_lock.close()
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # The model's sizes come from the data (tokenizer vocabulary, label set): never typed twice.
@@ -125,10 +133,6 @@ class TrainingCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         config = self._subcommand_section(self.config)
-        if self.subcommand in LIGHTNING_SUBCOMMANDS and _first_process():
-            # Before anything is written there; released when training_cli returns.
-            run_dir = config.trainer.get("default_root_dir") or "reports/run"
-            _RUN_LOCKS.append(lock_folder(run_dir, "--trainer.default_root_dir"))
         ckpt_path = config.get("ckpt_path")
         if ckpt_path in ("last", "best"):
             # Lightning finds these itself, later; the tokenizer must come from the same file.
@@ -203,8 +207,14 @@ class TrainingCLI(LightningCLI):
             ]
         trainer = super().instantiate_trainer(**kwargs)
         for callback in trainer.checkpoint_callbacks:
-            # Lightning calls it on the instance; only save_last="link" reaches it.
-            callback._link_checkpoint = link_with_record
+            # Lightning calls it on the instance; only save_last="link" reaches it. A subclass
+            # that links its own way keeps its way.
+            if type(callback)._link_checkpoint is ModelCheckpoint._link_checkpoint:
+                callback._link_checkpoint = link_with_record
+        if self.subcommand in LIGHTNING_SUBCOMMANDS and trainer.global_rank == 0:
+            # Once the trainer knows the ranks (whichever launcher or cluster started them) and
+            # before the run writes into the folder; released when the run ends (__init__).
+            self._run_lock = lock_folder(run_dir, "--trainer.default_root_dir")
         return trainer
 
     def after_fit(self) -> None:
@@ -248,7 +258,6 @@ def training_cli(args: Sequence[str] | None = None, run: bool = True, cli_class=
         parser_kwargs.update({name: {"exit_on_error": False} for name in LIGHTNING_SUBCOMMANDS})
     # A process group that was there before belongs to the caller; one the run made ends with it.
     ends_process_group = run and not _process_group_initialized()
-    locks_before = len(_RUN_LOCKS)
     try:
         with warnings.catch_warnings():
             # Commands that read a config (docclass report --data config.yaml) pass their own
@@ -264,21 +273,8 @@ def training_cli(args: Sequence[str] | None = None, run: bool = True, cli_class=
                 run=run,
             )
     finally:
-        while len(_RUN_LOCKS) > locks_before:
-            if (lock := _RUN_LOCKS.pop()) is not None:
-                lock.close()
         if ends_process_group and _process_group_initialized():
             _end_process_group()
-
-
-# The run folders this process holds (docclass.files.lock_folder), innermost run last.
-_RUN_LOCKS: list[IO[str] | None] = []
-
-
-def _first_process() -> bool:
-    """The process that holds the run folder: rank 0 of node 0 (the other ranks of a DDP run,
-    launched by it, write into the same folder under its hold)."""
-    return rank_zero_only.rank == 0 and int(os.environ.get("NODE_RANK", 0) or 0) == 0
 
 
 def _process_group_initialized() -> bool:

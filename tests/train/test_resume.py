@@ -781,6 +781,13 @@ def test_a_linked_last_checkpoint_is_checked_as_the_file_it_copies_or_names(
     ])  # fmt: skip
     monkeypatch.undo()
     assert last.is_symlink() == (links == "made")
+    # A link keeps no record of its own (its target's checks it); a copy has its source's.
+    record = linked / "last.ckpt.sha256"
+    assert record.exists() == (links == "refused")
+    if links == "refused":
+        assert (
+            record.read_text().split()[0] == (linked / "epoch=1.ckpt.sha256").read_text().split()[0]
+        )
     hashing._VERIFIED.clear()
     with caplog.at_level("WARNING"):
         assert load_checkpoint(last)["epoch"] == 1
@@ -792,14 +799,43 @@ def test_a_linked_last_checkpoint_is_checked_as_the_file_it_copies_or_names(
         load_checkpoint(last)
 
 
+def test_a_copy_of_a_changed_checkpoint_is_not_vouched_for(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from docclass.errors import CheckpointError
+
+    module = checkpoint_io_module()
+    source, last = tmp_path / "epoch=1.ckpt", tmp_path / "last.ckpt"
+    module.AtomicCheckpointIO().save_checkpoint({"epoch": 1}, source)
+    torch.save({"epoch": 9}, source)  # changed after docclass wrote it, before the copy
+
+    def no_links(*args, **kwargs):
+        raise OSError("symbolic links need a privilege here")
+
+    monkeypatch.setattr(os, "symlink", no_links)
+    trainer = SimpleNamespace(is_global_zero=True, strategy=SimpleNamespace(barrier=lambda: None))
+    module.link_with_record(trainer, str(source), str(last))
+    monkeypatch.undo()
+    assert not last.is_symlink() and last.read_bytes() == source.read_bytes()
+    with pytest.raises(CheckpointError, match="SHA-256 is not the one recorded"):
+        load_checkpoint(last)
+
+
 @pytest.mark.fault(
     "a second run started into the folder a run is writing (`make demo` twice at once)",
-    "one line, exit 2, before anything is written: the folder is held by the first run (pid), "
-    "and the flag that names another folder; a killed run leaves nothing to clean up",
+    "one line, exit 2, before the run writes: the folder is held by the first run (pid and "
+    "host), and the flag that names another folder; a killed run leaves nothing to clean up "
+    "(POSIX: on Windows, or a filesystem that cannot lock, nothing is held and a warning says so)",
 )
-def test_a_second_run_into_a_busy_run_folder_is_refused_before_it_writes(tmp_path, capsys):
+@pytest.mark.skipif(sys.platform == "win32", reason="no flock on Windows: nothing is held there")
+def test_a_second_run_into_a_busy_run_folder_is_refused_before_it_writes(
+    tmp_path, capsys, monkeypatch
+):
+    import socket
+
     from docclass.cli import main
     from docclass.files import lock_folder
+    from docclass.train import lightning_cli
 
     run = tmp_path / "run"
     holder = lock_folder(run, "--trainer.default_root_dir")
@@ -812,13 +848,56 @@ def test_a_second_run_into_a_busy_run_folder_is_refused_before_it_writes(tmp_pat
             main([command, *settings])
         assert exit_info.value.code == 2
         line = capsys.readouterr().err.strip().splitlines()[-1]
-        assert f"another docclass run is writing into it (pid {os.getpid()})" in line, line
+        holder_named = f"(pid {os.getpid()} on {socket.gethostname()})"
+        assert f"another docclass run is writing into it {holder_named}" in line, line
         assert "--trainer.default_root_dir another folder" in line
     assert sorted(p.name for p in run.iterdir()) == [".docclass-run.lock"]
+    # A forked child (a DataLoader worker) does not keep the folder held after the run.
+    forked, told = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.write(told, b"1")  # past the fork's hooks, which run before fork() returns here
+        time.sleep(3)
+        os._exit(0)
+    assert os.read(forked, 1) == b"1"
     holder.close()  # as a run's end, or its death, releases it
+    lock_folder(run, "--trainer.default_root_dir").close()
+    os.waitpid(child, 0)
+    # A run that fails after taking the hold lets go of it too.
+    taken = []
+    monkeypatch.setattr(
+        lightning_cli, "lock_folder", lambda *a: taken.append(lock_folder(*a)) or taken[-1]
+    )
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "fit",
+                *settings,
+                "--trainer.max_epochs",
+                "2",
+                "--trainer.callbacks+=test_resume.PoisonWeights",
+            ]
+        )  # NaN loss
+    assert len(taken) == 1 and taken[0].closed
     main(["fit", *settings])
     main(["fit", *settings])  # the run before let go of it when it returned
+    assert len(taken) == 3 and all(lock.closed for lock in taken)
     assert (run / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_a_filesystem_that_cannot_lock_runs_unguarded_with_a_warning(tmp_path, monkeypatch, caplog):
+    import errno
+
+    fcntl = pytest.importorskip("fcntl")
+    from docclass.files import lock_folder
+
+    def no_locks(*args):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with caplog.at_level("WARNING"):
+        assert lock_folder(tmp_path / "nfs", "--trainer.default_root_dir") is None
+    assert "cannot lock files" in caplog.text
 
 
 def checkpoint_io_module():
