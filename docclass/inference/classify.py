@@ -19,8 +19,10 @@ unreadable file                ``error``: the operating system's reason
 missing path / empty glob      ``error``: no such file
 longer than the model reads    classified on its first ``max_tokens`` tokens, ``truncated: true``
 table row without its text     ``error`` naming the column and the columns present
-CSV row the csv module cannot  ``error``: the parser's reason; the rows after it are read
-parse
+CSV row the strict parser      ``error`` naming the line it starts on; the lines after that line
+cannot read                    are read as rows (a bad quote costs its own row only)
+CSV row with another field     ``error`` naming both counts (an unquoted comma would cut the text
+count than the header          and shift the id)
 =============================  =================================================================
 
 The output file is written under a hidden name beside it and renamed when every row is in, so
@@ -33,6 +35,7 @@ from __future__ import annotations
 import codecs
 import csv
 import glob
+import itertools
 import json
 import os
 import sys
@@ -108,35 +111,72 @@ def _unreadable(path: Path, error: Exception) -> InputDocument:
 # a row past it would be lost; the C reader's own limit is a C long.
 CSV_FIELD_LIMIT = 2**31 - 1
 ROW_BAD_BYTES = "not valid UTF-8; undecodable bytes replaced with U+FFFD"
+LONE_SURROGATES = "holds lone surrogate escapes (not text); each replaced with U+FFFD"
 
 
 def csv_rows(path: Path, text_column: str) -> Iterator[InputDocument]:
     """A CSV file's rows, numbered from 1 after the header. Read whole: a quoted field may hold
-    a newline, so a CSV file cannot be cut at a byte offset. A row the csv module cannot parse
-    gets an error row and reading goes on; a byte-order mark (as spreadsheets write) is not
-    part of the first column's name."""
+    a newline, so a CSV file cannot be cut at a byte offset. A byte-order mark (as spreadsheets
+    write) is not part of the first column's name.
+
+    Nothing is read silently wrong. The parser is strict: a row it cannot parse (a stray
+    quote, or one that never closes, which the lenient parser let swallow the rows after it)
+    gets an error row naming the line it starts on, and the lines after that line are read
+    again as rows. A row with more or fewer fields than the header (an unquoted comma cut its
+    text and shifted its id) gets an error row. A blank line is no row, except in a one-column
+    file, where it is an empty cell (an empty document)."""
     try:
         csv.field_size_limit(max(csv.field_size_limit(), CSV_FIELD_LIMIT))
         # Bad bytes are kept as lone surrogates, so each row knows whether it had any.
         with open(path, newline="", encoding="utf-8-sig", errors="surrogateescape") as handle:
-            reader = csv.DictReader(handle)
-            columns = [_valid_utf8(name)[0] for name in reader.fieldnames or []]
-            number = 0
-            while True:
-                number += 1
-                try:
-                    row = next(reader)
-                except StopIteration:
-                    return
-                except csv.Error as error:
-                    # The reader has consumed the line it failed on; the next call reads the
-                    # next line (within a multi-line quoted field, the field's rest: no error
-                    # the default dialect and this field limit can raise was found there).
-                    yield InputDocument(f"{path}:{number}", error=f"cannot read this row: {error}")
-                    continue
-                yield _checked_row(path, number, row, text_column, columns)
+            yield from _csv_records(path, iter(handle), text_column)
     except Exception as error:
         yield _unreadable(path, error)
+
+
+def _csv_records(path: Path, lines: Iterator[str], text_column: str) -> Iterator[InputDocument]:
+    consumed: list[str] = []  # the lines of the row being read
+
+    def fed(source: Iterable[str]) -> Iterator[str]:
+        for line in source:
+            consumed.append(line)
+            yield line
+
+    reader = csv.reader(fed(lines), strict=True)
+    header = next(reader, None)
+    columns = [_valid_utf8(name)[0] for name in header or []]
+    number, line = 0, len(consumed)  # rows and lines read so far
+    while True:
+        consumed.clear()
+        try:
+            fields = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as error:
+            # Strict: a stray or unclosed quote is an error, where the lenient parser read on
+            # and let the row swallow the lines after it (an unclosed one, the whole rest).
+            number, line = number + 1, line + 1
+            yield InputDocument(
+                f"{path}:{number}",
+                error=f"cannot read the row that starts on line {line}: {error}; the lines "
+                "after it are read as rows (close or double the quote)",
+            )
+            # Read on from the line after the one the bad row starts on.
+            reader = csv.reader(fed(itertools.chain(consumed[1:], lines)), strict=True)
+            continue
+        line += len(consumed)
+        if not fields and len(columns) != 1:
+            continue  # a blank line: no row (pandas skips it too)
+        number += 1
+        if fields and len(fields) != len(columns):
+            yield InputDocument(
+                f"{path}:{number}",
+                error=f"this row has {len(fields)} fields where the header has {len(columns)} "
+                "(an unquoted comma or quote in the text?); quote the field",
+            )
+            continue
+        row = dict(zip(columns, fields or [""], strict=True))
+        yield _checked_row(path, number, row, text_column, columns)
 
 
 def _valid_utf8(value: str) -> tuple[str, bool]:
@@ -146,7 +186,11 @@ def _valid_utf8(value: str) -> tuple[str, bool]:
         value.encode("utf-8")
         return value, False
     except UnicodeEncodeError:
+        pass
+    try:  # bytes a decoder kept as surrogates: each bad byte becomes one U+FFFD
         return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace"), True
+    except UnicodeEncodeError:  # other lone surrogates (a JSON "\ud800" escape)
+        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace"), True
 
 
 def _checked_row(
@@ -198,7 +242,7 @@ def jsonl_rows(
                     line, warning = raw.decode("utf-8", errors="replace"), ROW_BAD_BYTES
                 if line.strip():
                     document = _json_row(path, number, line, text_column)
-                    document.warning = warning
+                    document.warning = warning or document.warning
                     yield document
                 number += 1
     except Exception as error:
@@ -212,6 +256,12 @@ def _json_row(path: Path, number: int, line: str, text_column: str) -> InputDocu
         return InputDocument(f"{path}:{number}", error=f"not JSON: {error.msg}")
     if not isinstance(row, dict):
         return InputDocument(f"{path}:{number}", error="not a JSON object")
+    value = row.get(text_column)
+    if isinstance(value, str) and (cleaned := _valid_utf8(value))[1]:
+        # A "\ud800" escape is valid JSON but no text: the tokenizer refused it, and the run.
+        document = _row_document(path, number, {**row, text_column: cleaned[0]}, text_column, row)
+        document.warning = LONE_SURROGATES
+        return document
     return _row_document(path, number, row, text_column, list(row))
 
 
@@ -238,8 +288,8 @@ def _row_document(
 ) -> InputDocument:
     # The table's own id when it has one, so output rows join back to the input; else where
     # the row is (the file and its row number, the first row being 1).
-    own_id = row.get(ID_COLUMN)
-    doc_id = str(own_id) if own_id not in (None, "") else f"{path}:{number}"
+    own_id = _id_text(row.get(ID_COLUMN))
+    doc_id = own_id if own_id else f"{path}:{number}"
     value = row.get(text_column)
     if value is None:
         return InputDocument(
@@ -261,14 +311,25 @@ def _row_document(
     )
 
 
+def _id_text(value: Any) -> str | None:
+    """A table's id as the text it is: a Parquet binary id decoded (``str`` spelled it
+    ``"b'doc-17'"``), a whole number stored as a float (a pandas integer column with gaps)
+    without its ``.0``, so output rows join back to the input's ids."""
+    if value is None:
+        return None
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", errors="replace")
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
 def expand_argument(argument: str) -> Iterator[Path | InputDocument]:
     """The files one argument names, in order, without reading them; an argument that names
     nothing is an error document. Hidden files and folders inside a folder are skipped."""
     path = Path(argument)
     if path.is_dir():
-        for child in sorted(p for p in path.rglob("*") if p.is_file()):
-            if not any(part.startswith(".") for part in child.relative_to(path).parts):
-                yield child
+        yield from _files_under(path)
         return
     if not path.exists() and glob.has_magic(argument):
         matches = sorted(glob.glob(argument, recursive=True))
@@ -290,6 +351,26 @@ def expand_argument(argument: str) -> Iterator[Path | InputDocument]:
     yield path
 
 
+def _files_under(folder: Path) -> list[Path]:
+    """The files under ``folder``, sorted, hidden files and folders left out. Linked folders
+    are followed, as a ``**`` glob follows them (``rglob`` did not, and their documents got no
+    row); a folder reached twice (a link to one already read, or to a folder above) is read
+    once."""
+    seen: set[tuple[int, int]] = set()
+    files = []
+    for root, folders, names in os.walk(folder, followlinks=True):
+        status = os.stat(root)
+        if (status.st_dev, status.st_ino) in seen:
+            folders.clear()
+            continue
+        seen.add((status.st_dev, status.st_ino))
+        folders[:] = [name for name in folders if not name.startswith(".")]
+        for name in names:
+            if not name.startswith(".") and (child := Path(root, name)).is_file():
+                files.append(child)
+    return sorted(files)
+
+
 def is_table(path: Path) -> bool:
     return path.suffix.lower() in TABLE_SUFFIXES
 
@@ -304,14 +385,33 @@ def read_file_documents(path: Path, text_column: str) -> Iterator[InputDocument]
 
 def _expand(argument: str, text_column: str, stdin: IO[str]) -> Iterator[InputDocument]:
     if argument == "-":
-        for number, line in enumerate(stdin, start=1):
-            yield InputDocument(f"stdin:{number}", text=line.rstrip("\n"))
+        yield from _stdin_documents(stdin)
         return
     for item in expand_argument(argument):
         if isinstance(item, InputDocument):
             yield item
         else:
             yield from read_file_documents(item, text_column)
+
+
+def _stdin_documents(stdin: IO[str]) -> Iterator[InputDocument]:
+    """One document per line, its bytes read as a JSONL line's are: whatever the locale, bad
+    bytes become U+FFFD with a warning (decoded by the locale, they reached the tokenizer as
+    surrogates and ended the run)."""
+    binary = getattr(stdin, "buffer", None)
+    for number, line in enumerate(binary if binary is not None else stdin, start=1):
+        if isinstance(line, bytes):
+            if number == 1 and line.startswith(codecs.BOM_UTF8):
+                line = line[len(codecs.BOM_UTF8) :]
+            try:
+                text, warning = line.decode("utf-8"), None
+            except UnicodeDecodeError:
+                text, warning = line.decode("utf-8", errors="replace"), ROW_BAD_BYTES
+        else:
+            text, bad = _valid_utf8(line)
+            warning = ROW_BAD_BYTES if bad else None
+        text = text.rstrip("\n").removesuffix("\r")
+        yield InputDocument(f"stdin:{number}", text=text, warning=warning)
 
 
 def read_inputs(
@@ -398,8 +498,18 @@ class RowWriter:
         self.csv.writerow(flat)
 
 
+# Names of formats classify does not write: JSON Lines under such a name reads as a broken file.
+OTHER_FORMATS = (".parquet", ".json", ".xlsx", ".xls", ".tsv", ".feather", ".arrow")
+
+
 def output_kind(path: str | None) -> str:
-    """``csv`` for a ``.csv`` path, else ``jsonl`` (standard output included)."""
+    """``csv`` for a ``.csv`` path, else ``jsonl`` (standard output, pipes and other names
+    included); a path named for another table format is refused."""
+    if path and path.lower().endswith(OTHER_FORMATS):
+        raise ConfigError(
+            f"--out {path}: classify writes CSV (.csv) or JSON Lines (.jsonl), not "
+            f"{Path(path).suffix}; name the file .csv or .jsonl"
+        )
     return "csv" if path and path.lower().endswith(".csv") else "jsonl"
 
 
@@ -422,11 +532,11 @@ def run_classify(
 
     # /dev/stdout opened anew would be truncated (`>> log` would lose the log): the stream it is.
     to_stdout = out is None or out in ("-", "/dev/stdout")
+    kind = output_kind(out)
     if not to_stdout:
         check_out_is_not_an_input(out, inputs)
     classifier = DocClassifier.load(ckpt, device)
     classifier.check_threshold(min_probability, calibrated)  # before any output is written
-    kind = output_kind(out)
     handle, partial = (sys.stdout, None) if to_stdout else _open_output(Path(out))
     finished = False
     counts = {"documents": 0, "errors": 0, "warnings": 0, "truncated": 0, "uncertain": 0}

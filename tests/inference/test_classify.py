@@ -382,8 +382,8 @@ def test_no_csv_row_is_lost_to_a_long_field_or_a_bad_row(monkeypatch, tmp_path):
 )
 def test_tables_with_a_byte_order_mark_or_bad_bytes_keep_ids_and_say_so(tmp_path):
     csv_table, jsonl_table = tmp_path / "excel.csv", tmp_path / "rows.jsonl"
-    csv_table.write_bytes(  # Latin-1 bytes in a row, in the header and in a surplus field
-        codecs.BOM_UTF8 + b"id,text,n\xe9\nA-1,clean row,1\nA-2,caf\xe9 \xa35m,2\nA-3,ok,3,\xe9\n"
+    csv_table.write_bytes(  # Latin-1 bytes in a row's text, in the header and in another field
+        codecs.BOM_UTF8 + b"id,text,n\xe9\nA-1,clean row,1\nA-2,caf\xe9 \xa35m,2\nA-3,ok,\xe9\n"
     )
     jsonl_table.write_bytes(
         codecs.BOM_UTF8 + b'{"id": "J-1", "text": "clean"}\n{"id": "J-2", "text": "\xa35m"}\n'
@@ -534,3 +534,105 @@ def test_dev_stdout_as_out_is_the_output_stream_not_a_file_opened_anew(capsys, c
     table.write_text("id,text\n1,Shares rose.\n")
     main(["classify", "--ckpt", str(ckpt), str(table), "--out", "/dev/stdout"])
     assert json.loads(capsys.readouterr().out)["id"] == "1"
+
+
+@pytest.mark.fault(
+    "classify: a CSV row with a stray quote, a quote that never closes, an unquoted comma in "
+    "its text, or a blank line in a one-column file",
+    "an error row each (naming the line, or the field counts), and every later row read with "
+    "its own id: no row swallowed, cut or renumbered",
+)
+def test_a_malformed_csv_row_costs_that_row_only(tmp_path):
+    table = tmp_path / "rows.csv"
+    table.write_text(
+        "id,text\n"
+        "a1,Shares rose after profits beat forecasts.\n"
+        'a2,"The striker scored twice\n'  # a quote that never closes here
+        "a3,Election results were announced today.\n"
+        'a4,"The new film\nopened to strong reviews."\n'  # a quoted newline: one row
+        "a5,Chip makers, who reported record sales, rose\n"  # unquoted commas
+        "\n"  # a blank line: no row in a file of two columns
+        'a6,"stray"quote\n'
+        'a7,"never closed\n'
+        "a8,The last row.\n",
+        newline="",
+    )
+    rows = list(read_inputs([str(table)]))
+    assert [r.id.removeprefix(f"{table}:") for r in rows] == [
+        "a1", "2", "a3", "a4", "5", "6", "7", "a8"
+    ]  # fmt: skip
+    assert rows[3].text == "The new film\nopened to strong reviews."
+    assert ["starts on line 3" in rows[1].error, "line 9" in rows[5].error] == [True, True]
+    assert "starts on line 10" in rows[6].error
+    assert "4 fields where the header has 2" in rows[4].error
+    assert [bool(r.error) for r in rows] == [False, True, False, False, True, True, True, False]
+    # A blank line in a one-column file is an empty cell: its own (empty) row, ids unshifted.
+    single = tmp_path / "single.csv"
+    single.write_bytes(b"text\r\nShares rose\r\n\r\nElection results\r\n")
+    rows = list(read_inputs([str(single)]))
+    assert [(r.id.rsplit(":", 1)[1], r.text) for r in rows] == [
+        ("1", "Shares rose"), ("2", ""), ("3", "Election results")
+    ]  # fmt: skip
+
+
+@pytest.mark.fault(
+    "classify: a folder input holding a linked folder (and a link back to a folder above)",
+    "the linked folder's files are read, as a `**` glob reads them; a folder reached twice is "
+    "read once",
+)
+def test_a_linked_folder_inside_an_input_folder_is_read(tmp_path):
+    (tmp_path / "docs" / "local").mkdir(parents=True)
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "docs" / "local" / "a.txt").write_text("Shares rose.")
+    (tmp_path / "shared" / "b.txt").write_text("The striker scored.")
+    (tmp_path / "docs" / "2024").symlink_to(tmp_path / "shared")
+    (tmp_path / "docs" / "local" / "up").symlink_to(tmp_path / "docs")  # a loop
+    folder = [r.id for r in read_inputs([str(tmp_path / "docs")])]
+    assert folder == [str(tmp_path / "docs" / "2024" / "b.txt"), str(tmp_path / "docs/local/a.txt")]
+
+
+@pytest.mark.fault(
+    "classify: a table's id column stored as bytes (Parquet binary) or as whole-number floats "
+    "(a pandas integer column with gaps)",
+    "the id as its text (`doc-17`, `101`), not Python's spelling (`b'doc-17'`, `101.0`)",
+)
+def test_table_ids_keep_their_text(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = tmp_path / "ids.parquet"
+    ids = pa.array([b"doc-17", b"doc-18"], pa.binary())
+    pq.write_table(pa.table({"id": ids, "text": ["Shares rose.", "Goal!"]}), table)
+    floats = tmp_path / "floats.parquet"
+    pq.write_table(pa.table({"id": [101.0, None, 2.5], "text": ["a", "b", "c"]}), floats)
+    got = [r.id for r in read_inputs([str(table), str(floats)])]
+    assert got == ["doc-17", "doc-18", "101", f"{floats}:2", "2.5"]
+
+
+@pytest.mark.fault(
+    "classify: standard input with bytes that are not UTF-8, a JSON Lines text holding a lone "
+    'surrogate escape ("\\ud800")',
+    "classified with U+FFFD in their place and a `warning`; the run goes on (the tokenizer "
+    "refused them, and the whole run ended with a traceback)",
+)
+def test_undecodable_standard_input_and_lone_surrogates_get_a_warning_not_a_crash(
+    monkeypatch, capsys, ckpt, tmp_path
+):
+    rows_file = tmp_path / "rows.jsonl"
+    rows_file.write_text('{"body": "Shares \\ud800 rose"}\n{"body": "Goal"}\n')
+    stdin = io.TextIOWrapper(io.BytesIO(b"Caf\xe9 prices rose.\nThe match ended.\n"))
+    monkeypatch.setattr("sys.stdin", stdin)
+    main(["classify", "--ckpt", str(ckpt), "--text_column", "body", "-", str(rows_file)])
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["id"].rsplit("/", 1)[-1] for r in rows] == [
+        "stdin:1", "stdin:2", "rows.jsonl:1", "rows.jsonl:2"
+    ]  # fmt: skip
+    assert all(r["label"] and not r.get("error") for r in rows)
+    assert [bool(r.get("warning")) for r in rows] == [True, False, True, False]
+
+
+def test_an_output_named_for_another_format_is_refused_before_reading(tmp_path):
+    with pytest.raises(ConfigError, match=r"--out .*labels.parquet: classify writes CSV"):
+        docclass.inference.classify.run_classify(
+            "missing.ckpt", ["-"], str(tmp_path / "labels.parquet")
+        )
