@@ -19,10 +19,10 @@ unreadable file                ``error``: the operating system's reason
 missing path / empty glob      ``error``: no such file
 longer than the model reads    classified on its first ``max_tokens`` tokens, ``truncated: true``
 table row without its text     ``error`` naming the column and the columns present
-CSV row the strict parser      ``error`` naming the line it starts on; the lines after that line
-cannot read                    are read as rows (a bad quote costs its own row only)
-CSV row with another field     ``error`` naming both counts (an unquoted comma would cut the text
-count than the header          and shift the id)
+CSV row the strict parser      ``error`` naming the line it starts on; the lines it swallowed
+cannot read                    are read again one by one, as rows
+CSV row with another field     ``error`` naming its line and both counts (an unquoted comma would
+count than the header          cut the text and shift the id)
 =============================  =================================================================
 
 The output file is written under a hidden name beside it and renamed when every row is in, so
@@ -33,9 +33,9 @@ lies inside an input folder, is refused before anything is read.
 from __future__ import annotations
 
 import codecs
+import collections
 import csv
 import glob
-import itertools
 import json
 import os
 import sys
@@ -119,11 +119,11 @@ def csv_rows(path: Path, text_column: str) -> Iterator[InputDocument]:
     a newline, so a CSV file cannot be cut at a byte offset. A byte-order mark (as spreadsheets
     write) is not part of the first column's name.
 
-    Nothing is read silently wrong. The parser is strict: a row it cannot parse (a stray
-    quote, or one that never closes, which the lenient parser let swallow the rows after it)
-    gets an error row naming the line it starts on, and the lines after that line are read
-    again as rows. A row with more or fewer fields than the header (an unquoted comma cut its
-    text and shifted its id) gets an error row. A blank line is no row, except in a one-column
+    Nothing is read silently wrong (:class:`_CsvRows`). A row the strict parser cannot read (a
+    stray quote, or one that never closes, which the lenient parser let swallow the rows after
+    it) gets an error row naming the line it starts on. A row with more or fewer fields than
+    the header (an unquoted comma cut its text and shifted its id) gets one too, once empty
+    fields past the header's are dropped. A blank line is no row, except inside a one-column
     file, where it is an empty cell (an empty document)."""
     try:
         csv.field_size_limit(max(csv.field_size_limit(), CSV_FIELD_LIMIT))
@@ -135,48 +135,98 @@ def csv_rows(path: Path, text_column: str) -> Iterator[InputDocument]:
 
 
 def _csv_records(path: Path, lines: Iterator[str], text_column: str) -> Iterator[InputDocument]:
-    consumed: list[str] = []  # the lines of the row being read
-
-    def fed(source: Iterable[str]) -> Iterator[str]:
-        for line in source:
-            consumed.append(line)
-            yield line
-
-    reader = csv.reader(fed(lines), strict=True)
-    header = next(reader, None)
+    records = _CsvRows(lines)
+    header, error, _ = records.next_row()
+    if error is not None:  # no row can be read against a header that cannot be
+        raise csv.Error(f"its header (line 1) cannot be read: {error}")
     columns = [_valid_utf8(name)[0] for name in header or []]
-    number, line = 0, len(consumed)  # rows and lines read so far
+    number, blanks = 0, 0
     while True:
-        consumed.clear()
+        fields, error, first = records.next_row()
+        if fields is None and error is None:
+            return  # blank lines at the end are no rows, whatever the columns
+        if fields == []:
+            # A blank line: no row (pandas skips it too), except in a one-column file, where it
+            # is an empty cell, the next row's neighbour.
+            blanks += len(columns) == 1
+            continue
+        for _ in range(blanks):
+            number += 1
+            yield _checked_row(path, number, {columns[0]: ""}, text_column, columns)
+        number, blanks = number + 1, 0
+        if error is not None:
+            yield InputDocument(
+                f"{path}:{number}",
+                error=f"cannot read the row that starts on line {first}: {error}; the lines "
+                "after it are read again one by one (close or double the quote)",
+            )
+            continue
+        while len(fields) > len(columns) and fields[-1] == "":
+            fields.pop()  # empty fields past the header's (a trailing comma) cut nothing
+        if len(fields) != len(columns):
+            records.read_again_inside(first)
+            yield InputDocument(
+                f"{path}:{number}",
+                error=f"the row that starts on line {first} has {len(fields)} fields where the "
+                f"header has {len(columns)} (an unquoted comma or quote in the text?); quote "
+                "the field",
+            )
+            continue
+        yield _checked_row(
+            path, number, dict(zip(columns, fields, strict=True)), text_column, columns
+        )
+
+
+class _CsvRows:
+    """A CSV file's rows, parsed strictly, each with the line it starts on.
+
+    A row that cannot be read (a stray quote, or one that never closes, which a lenient
+    parser lets swallow the lines after it), or that spans lines with the wrong field count,
+    gives its lines back but the first: they are read again, each line on its own, since a
+    quote that went wrong there cannot be trusted to pair. Each line is then parsed at most
+    twice, however many rows go wrong (a quote left open on every line does not make the
+    reading quadratic). Lines are counted as the csv module splits them.
+    """
+
+    def __init__(self, lines: Iterator[str]) -> None:
+        self.lines, self.pending = lines, collections.deque()
+        self.consumed: list[str] = []  # the lines of the row being read
+        self.line = 0  # lines read into rows so far
+        self.alone_until = 0  # lines up to this one are read one by one
+
+    def next_row(self) -> tuple[list[str] | None, str | None, int]:
+        """``(fields, error, first line)``; fields and error None at the end."""
+        self.consumed.clear()
+        first = self.line + 1
+        if first <= self.alone_until:
+            self.consumed.append(self.pending.popleft())
+            source: Iterator[str] = iter(self.consumed[:])
+        else:
+            source = self._source()
         try:
-            fields = next(reader)
-        except StopIteration:
-            return
+            fields = next(csv.reader(source, strict=True), None)
         except csv.Error as error:
-            # Strict: a stray or unclosed quote is an error, where the lenient parser read on
-            # and let the row swallow the lines after it (an unclosed one, the whole rest).
-            number, line = number + 1, line + 1
-            yield InputDocument(
-                f"{path}:{number}",
-                error=f"cannot read the row that starts on line {line}: {error}; the lines "
-                "after it are read as rows (close or double the quote)",
-            )
-            # Read on from the line after the one the bad row starts on.
-            reader = csv.reader(fed(itertools.chain(consumed[1:], lines)), strict=True)
-            continue
-        line += len(consumed)
-        if not fields and len(columns) != 1:
-            continue  # a blank line: no row (pandas skips it too)
-        number += 1
-        if fields and len(fields) != len(columns):
-            yield InputDocument(
-                f"{path}:{number}",
-                error=f"this row has {len(fields)} fields where the header has {len(columns)} "
-                "(an unquoted comma or quote in the text?); quote the field",
-            )
-            continue
-        row = dict(zip(columns, fields or [""], strict=True))
-        yield _checked_row(path, number, row, text_column, columns)
+            self.read_again_inside(first)
+            return None, str(error), first
+        self.line += len(self.consumed)
+        return fields, None, first
+
+    def read_again_inside(self, first: int) -> None:
+        """Give back the last row (which starts on line ``first``) but its first line: the
+        lines after it are read again, one by one."""
+        inside = self.consumed[1:]
+        self.pending.extendleft(reversed(inside))
+        self.alone_until = max(self.alone_until, first + len(inside))
+        self.line = first
+
+    def _source(self) -> Iterator[str]:
+        while True:
+            if self.pending:
+                line = self.pending.popleft()
+            elif (line := next(self.lines, None)) is None:
+                return
+            self.consumed.append(line)
+            yield line
 
 
 def _valid_utf8(value: str) -> tuple[str, bool]:
@@ -202,11 +252,7 @@ def _checked_row(
     for name, value in row.items():
         if isinstance(name, str):
             name = _valid_utf8(name)[0]
-        if isinstance(value, list):  # the fields past the header's, under the key None
-            checked = [_valid_utf8(v) if isinstance(v, str) else (v, False) for v in value]
-            value = [v for v, _ in checked]
-            bad |= any(b for _, b in checked)
-        elif isinstance(value, str):
+        if isinstance(value, str):
             value, bad_value = _valid_utf8(value)
             bad |= bad_value
         clean[name] = value
@@ -319,9 +365,9 @@ def _id_text(value: Any) -> str | None:
         return None
     if isinstance(value, bytes | bytearray):
         return bytes(value).decode("utf-8", errors="replace")
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return str(int(value))  # beyond 2**53 a float holds no whole number exactly
+    return _valid_utf8(str(value))[0]  # a JSON "\ud800" id could not be written out
 
 
 def expand_argument(argument: str) -> Iterator[Path | InputDocument]:
@@ -351,24 +397,34 @@ def expand_argument(argument: str) -> Iterator[Path | InputDocument]:
     yield path
 
 
-def _files_under(folder: Path) -> list[Path]:
+def _files_under(folder: Path) -> list[Path | InputDocument]:
     """The files under ``folder``, sorted, hidden files and folders left out. Linked folders
     are followed, as a ``**`` glob follows them (``rglob`` did not, and their documents got no
     row); a folder reached twice (a link to one already read, or to a folder above) is read
     once."""
     seen: set[tuple[int, int]] = set()
-    files = []
-    for root, folders, names in os.walk(folder, followlinks=True):
+    above = {folder.resolve(), *folder.resolve().parents}
+    found: list[Path | InputDocument] = []
+    unlisted: list[OSError] = []
+    for root, folders, names in os.walk(folder, followlinks=True, onerror=unlisted.append):
         status = os.stat(root)
         if (status.st_dev, status.st_ino) in seen:
             folders.clear()
             continue
         seen.add((status.st_dev, status.st_ino))
-        folders[:] = [name for name in folders if not name.startswith(".")]
+        # Real folders before links, by name: which name a folder reached twice keeps does not
+        # hang on the listing's order. A link to the input or above it leads out of the input.
+        folders[:] = sorted(
+            (n for n in folders if not n.startswith(".")),
+            key=lambda n: (os.path.islink(os.path.join(root, n)), n),
+        )
+        folders[:] = [n for n in folders if Path(root, n).resolve() not in above]
         for name in names:
             if not name.startswith(".") and (child := Path(root, name)).is_file():
-                files.append(child)
-    return sorted(files)
+                found.append(child)
+    # A folder that cannot be listed is said, not left out.
+    found += [InputDocument(str(e.filename), error=f"cannot list: {e.strerror}") for e in unlisted]
+    return sorted(found, key=lambda item: str(item.id if isinstance(item, InputDocument) else item))
 
 
 def is_table(path: Path) -> bool:
@@ -395,20 +451,16 @@ def _expand(argument: str, text_column: str, stdin: IO[str]) -> Iterator[InputDo
 
 
 def _stdin_documents(stdin: IO[str]) -> Iterator[InputDocument]:
-    """One document per line, its bytes read as a JSONL line's are: whatever the locale, bad
-    bytes become U+FFFD with a warning (decoded by the locale, they reached the tokenizer as
-    surrogates and ended the run)."""
+    """One document per line, its bytes decoded as a file's are, whatever the locale (decoded
+    by the locale, bad bytes reached the tokenizer as surrogates and ended the run)."""
     binary = getattr(stdin, "buffer", None)
     for number, line in enumerate(binary if binary is not None else stdin, start=1):
         if isinstance(line, bytes):
-            if number == 1 and line.startswith(codecs.BOM_UTF8):
-                line = line[len(codecs.BOM_UTF8) :]
-            try:
-                text, warning = line.decode("utf-8"), None
-            except UnicodeDecodeError:
-                text, warning = line.decode("utf-8", errors="replace"), ROW_BAD_BYTES
+            # As a file's bytes are read: UTF-8, else Windows-1252 (a Latin-1 pipe's "Café").
+            text, was_legacy = decode_text(line)
+            warning = NOT_UTF8 if was_legacy else None
         else:
-            text, bad = _valid_utf8(line)
+            text, bad = _valid_utf8(line.removeprefix("\ufeff") if number == 1 else line)
             warning = ROW_BAD_BYTES if bad else None
         text = text.rstrip("\n").removesuffix("\r")
         yield InputDocument(f"stdin:{number}", text=text, warning=warning)

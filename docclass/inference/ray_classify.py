@@ -64,8 +64,10 @@ LOCK_FILE = "_lock"
 # Ray restarts a killed worker and retries its shard this many times, then the run stops (a
 # document that kills its worker every time must not retry for ever).
 RETRIES = 3
-# Raised when the plan's layout changes, so a folder of an older layout is refused, not misread.
-PLAN_VERSION = 1
+# Raised when the plan's layout changes, so a folder of an older layout is refused, not misread;
+# and when the input readers change what a shard's rows are (2: strict CSV, ids kept as text), so
+# a resumed run never mixes parts read both ways.
+PLAN_VERSION = 2
 # Each part's Parquet metadata names the plan it belongs to under this key.
 PLAN_KEY = "docclass.plan"
 # Rows are written to a part 1,024 at a time: a whole CSV file is one shard, and its rows

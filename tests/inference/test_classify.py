@@ -539,33 +539,40 @@ def test_dev_stdout_as_out_is_the_output_stream_not_a_file_opened_anew(capsys, c
 @pytest.mark.fault(
     "classify: a CSV row with a stray quote, a quote that never closes, an unquoted comma in "
     "its text, or a blank line in a one-column file",
-    "an error row each (naming the line, or the field counts), and every later row read with "
-    "its own id: no row swallowed, cut or renumbered",
+    "an error row each (naming the line, and the field counts); the lines a bad row swallowed "
+    "read again one by one, so no row is swallowed, cut or renumbered (a trailing comma is no "
+    "error)",
 )
 def test_a_malformed_csv_row_costs_that_row_only(tmp_path):
     table = tmp_path / "rows.csv"
     table.write_text(
         "id,text\n"
         "a1,Shares rose after profits beat forecasts.\n"
-        'a2,"The striker scored twice\n'  # a quote that never closes here
-        "a3,Election results were announced today.\n"
-        'a4,"The new film\nopened to strong reviews."\n'  # a quoted newline: one row
-        "a5,Chip makers, who reported record sales, rose\n"  # unquoted commas
+        'a2,"The new film\nopened to strong reviews."\n'  # a quoted line break: one row
+        'a3,"The striker scored twice\n'  # a quote that closes two lines on, amiss
+        "a4,Election results were announced today.\n"
+        'a5,"closes"x\n'
+        "a6,Chip makers, who reported record sales, rose\n"  # unquoted commas
+        "a7,A trailing comma cuts nothing,\n"
         "\n"  # a blank line: no row in a file of two columns
-        'a6,"stray"quote\n'
-        'a7,"never closed\n'
-        "a8,The last row.\n",
+        'a8,"never closed\n'
+        "a9,The last row.\n",
         newline="",
     )
     rows = list(read_inputs([str(table)]))
     assert [r.id.removeprefix(f"{table}:") for r in rows] == [
-        "a1", "2", "a3", "a4", "5", "6", "7", "a8"
+        "a1", "a2", "3", "a4", "5", "6", "a7", "8", "a9"
     ]  # fmt: skip
-    assert rows[3].text == "The new film\nopened to strong reviews."
-    assert ["starts on line 3" in rows[1].error, "line 9" in rows[5].error] == [True, True]
-    assert "starts on line 10" in rows[6].error
-    assert "4 fields where the header has 2" in rows[4].error
-    assert [bool(r.error) for r in rows] == [False, True, False, False, True, True, True, False]
+    assert rows[1].text == "The new film\nopened to strong reviews."
+    assert rows[6].text == "A trailing comma cuts nothing"
+    errors = [r.error for r in rows if r.error]
+    assert ["starts on line 5:" in errors[0], "starts on line 7:" in errors[1]] == [True, True]
+    assert "line 8 has 4 fields where the header has 2" in errors[2]
+    assert "starts on line 11: unexpected end of data" in errors[3] and len(errors) == 4
+    # A quote left open on every line: each line read at most twice, every row kept.
+    many = tmp_path / "many.csv"
+    many.write_text("id,text\n" + "".join(f'q{i}","\n' for i in range(3000)))
+    assert len(list(read_inputs([str(many)]))) == 3000
     # A blank line in a one-column file is an empty cell: its own (empty) row, ids unshifted.
     single = tmp_path / "single.csv"
     single.write_bytes(b"text\r\nShares rose\r\n\r\nElection results\r\n")
@@ -610,25 +617,31 @@ def test_table_ids_keep_their_text(tmp_path):
 
 
 @pytest.mark.fault(
-    "classify: standard input with bytes that are not UTF-8, a JSON Lines text holding a lone "
-    'surrogate escape ("\\ud800")',
-    "classified with U+FFFD in their place and a `warning`; the run goes on (the tokenizer "
-    "refused them, and the whole run ended with a traceback)",
+    "classify: standard input with bytes that are not UTF-8, a JSON Lines text or id holding a "
+    'lone surrogate escape ("\\ud800")',
+    "standard input decoded as a file is (Windows-1252 with a `warning`), escapes become U+FFFD "
+    "with a `warning`; the run goes on (the tokenizer or the writer refused them, and the whole "
+    "run ended with a traceback)",
 )
 def test_undecodable_standard_input_and_lone_surrogates_get_a_warning_not_a_crash(
     monkeypatch, capsys, ckpt, tmp_path
 ):
     rows_file = tmp_path / "rows.jsonl"
-    rows_file.write_text('{"body": "Shares \\ud800 rose"}\n{"body": "Goal"}\n')
+    rows_file.write_text('{"body": "Shares \\ud800 rose"}\n{"id": "J\\udc80", "body": "Goal"}\n')
     stdin = io.TextIOWrapper(io.BytesIO(b"Caf\xe9 prices rose.\nThe match ended.\n"))
     monkeypatch.setattr("sys.stdin", stdin)
     main(["classify", "--ckpt", str(ckpt), "--text_column", "body", "-", str(rows_file)])
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["id"].rsplit("/", 1)[-1] for r in rows] == [
-        "stdin:1", "stdin:2", "rows.jsonl:1", "rows.jsonl:2"
+        "stdin:1", "stdin:2", "rows.jsonl:1", "J\ufffd"
     ]  # fmt: skip
     assert all(r["label"] and not r.get("error") for r in rows)
     assert [bool(r.get("warning")) for r in rows] == [True, False, True, False]
+    # Standard input is decoded as a file is: a Latin-1 pipe's "Café", a mark, CRLF.
+    piped = io.TextIOWrapper(io.BytesIO(b"\xef\xbb\xbfCaf\xe9 prices\r\nok\n"))
+    read = [(d.text, d.warning) for d in read_inputs(["-"], stdin=piped)]
+    assert read == [("Café prices", NOT_UTF8), ("ok", None)]
+    assert [d.text for d in read_inputs(["-"], stdin=io.StringIO("\ufeffa\nb\n"))] == ["a", "b"]
 
 
 def test_an_output_named_for_another_format_is_refused_before_reading(tmp_path):
@@ -636,3 +649,30 @@ def test_an_output_named_for_another_format_is_refused_before_reading(tmp_path):
         docclass.inference.classify.run_classify(
             "missing.ckpt", ["-"], str(tmp_path / "labels.parquet")
         )
+
+
+@pytest.mark.fault(
+    "classify: a folder input with a subfolder that cannot be listed, or a link above the input",
+    "an error row naming the subfolder (it vanished silently); the link is not followed out of "
+    "the input",
+)
+def test_a_folder_that_cannot_be_listed_or_links_above_the_input_is_said(tmp_path, monkeypatch):
+    import os
+
+    docs = tmp_path / "docs"
+    (docs / "locked").mkdir(parents=True)
+    (docs / "a.txt").write_text("Shares rose.")
+    (tmp_path / "outside.txt").write_text("Not an input.")
+    (docs / "up").symlink_to(tmp_path)  # above the input: would read tmp_path's files
+    real_scandir = os.scandir
+
+    def denied(path="."):
+        if os.fspath(path).endswith("locked"):  # root reads any folder: chmod cannot stand in
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", denied)
+    rows = list(read_inputs([str(docs)]))
+    assert [(r.id, r.error) for r in rows] == [
+        (str(docs / "a.txt"), None), (str(docs / "locked"), "cannot list: Permission denied")
+    ]  # fmt: skip
