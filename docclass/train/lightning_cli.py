@@ -36,6 +36,8 @@ from docclass.train.datamodule import DocDataModule
 from docclass.train.lit_module import DocClassifierModule
 
 LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
+# Where a run writes when no trainer.default_root_dir is given.
+DEFAULT_RUN_DIR = "reports/run"
 
 # Named checkpoints Lightning resolves itself; anything else given as ckpt_path is a file.
 # ("registry" is left out on purpose: Lightning would download it, unpinned.)
@@ -136,7 +138,7 @@ class TrainingCLI(LightningCLI):
         ckpt_path = config.get("ckpt_path")
         if ckpt_path in ("last", "best"):
             # Lightning finds these itself, later; the tokenizer must come from the same file.
-            run_dir = Path(config.trainer.get("default_root_dir") or "reports/run")
+            run_dir = Path(config.trainer.get("default_root_dir") or DEFAULT_RUN_DIR)
             named = run_dir / "checkpoints" / f"{ckpt_path}.ckpt"
             ckpt_path = str(named) if named.is_file() else None
         if ckpt_path and ckpt_path not in LIGHTNING_CKPT_ALIASES and not config.data.tokenizer_from:
@@ -161,7 +163,11 @@ class TrainingCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs):
         trainer_config = self._subcommand_section(self.config_init)["trainer"]
-        run_dir = Path(trainer_config.get("default_root_dir") or "reports/run")
+        run_dir = Path(trainer_config.get("default_root_dir") or DEFAULT_RUN_DIR)
+        if not trainer_config.get("default_root_dir"):
+            # Lightning's own default is the working folder: checkpoints and logs went to
+            # reports/run while metrics, split, calibration and figures landed beside the user.
+            kwargs.setdefault("default_root_dir", str(run_dir))
         configured = trainer_config.get("callbacks") or []
         if not isinstance(configured, list):
             configured = [configured]

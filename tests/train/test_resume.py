@@ -916,3 +916,17 @@ def test_training_runs_write_checkpoints_atomically():
         DocClassifierModule, DocDataModule, run=False, args=["--config", str(CONFIGS / "tiny.yaml")]
     )
     assert isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+
+
+def test_a_run_without_a_folder_writes_everything_into_reports_run(tmp_path, monkeypatch):
+    from docclass.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    main([
+        "fit", "--config", str(CONFIGS / "tiny.yaml"), "--trainer.default_root_dir", "null",
+        "--trainer.max_epochs", "1", "--report_after_fit", "false",
+    ])  # fmt: skip
+    # Lightning's own default is the working folder: metrics and figures landed there.
+    assert [p.name for p in tmp_path.iterdir()] == ["reports"]
+    run = tmp_path / "reports" / "run"
+    assert {"metrics.json", "split.json", "checkpoints"} <= {p.name for p in run.iterdir()}
