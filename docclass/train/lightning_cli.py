@@ -212,6 +212,11 @@ class TrainingCLI(LightningCLI):
                 TensorBoardLogger(run_dir, name="tensorboard"),
             ]
         trainer = super().instantiate_trainer(**kwargs)
+        self._guard_run_files(trainer, run_dir)
+        return trainer
+
+    def _guard_run_files(self, trainer, run_dir: Path) -> None:
+        """Checkpoint links that keep their hash records, and the run folder held."""
         for callback in trainer.checkpoint_callbacks:
             # Lightning calls it on the instance; only save_last="link" reaches it. A subclass
             # that links its own way keeps its way.
@@ -221,7 +226,6 @@ class TrainingCLI(LightningCLI):
             # Once the trainer knows the ranks (whichever launcher or cluster started them) and
             # before the run writes into the folder; released when the run ends (__init__).
             self._run_lock = lock_folder(run_dir, "--trainer.default_root_dir")
-        return trainer
 
     def after_fit(self) -> None:
         if not self.config.fit.get("test_after_fit") or self.trainer.interrupted:
