@@ -37,7 +37,7 @@ import torch
 
 from docclass.data.cleaning import TEXT_HASHES, text_hash
 from docclass.errors import ConfigError, DataError, RunStopped, UserError
-from docclass.files import write_atomically
+from docclass.files import lock_folder, write_atomically
 from docclass.inference.calibration import calibrate, labelled_logits, write_calibration
 from docclass.inference.classifier import DocClassifier
 from docclass.inference.model_facts import read_json
@@ -737,8 +737,6 @@ def audit_command(
             before flagging. Models that err differently flag fewer sound labels.
     """
     _needs_cleanlab()
-    from docclass.train.lightning_cli import datamodule_from_config
-
     if report_documents is not None and report_documents < 0:
         raise ConfigError(f"--report_documents {report_documents}: give 0 or more, or null")
     fit_args, out_dir = list(fit_args or []), Path(out)
@@ -747,13 +745,32 @@ def audit_command(
             "--fit_args: --ckpt_path is the audit's own (a checkpoint trained on the whole "
             "split would have seen every held-out document); remove it"
         )
+    # One audit at a time in a folder: two would train the same folds and interleave results.
+    hold = lock_folder(out_dir, "--out")
+    try:
+        return _audit(
+            config, out_dir, folds, fit_args, filter_by, retrain, report_documents, device,
+            with_audits or [],
+        )  # fmt: skip
+    finally:
+        if hold is not None:
+            hold.close()
+
+
+def _audit(
+    config: str, out_dir: Path, folds: int, fit_args: list[str], filter_by: str, retrain: bool,
+    report_documents: int | None, device: str, with_audits: list[str],
+) -> dict[str, Any]:  # fmt: skip
+    """:func:`audit_command`'s work, once its folder is held."""
+    from docclass.train.lightning_cli import datamodule_from_config
+
     datamodule = datamodule_from_config(config, fit_args)
     datamodule.prepare()
     pool = audited_pool(datamodule)
     names = list(datamodule.label_names)
     settings = {"config": config, "fit_args": fit_args, "folds": folds, "label_names": names}
     plan = _read_or_write_plan(out_dir, settings, pool, datamodule)
-    others = _other_audits(with_audits or [], out_dir, plan)
+    others = _other_audits(with_audits, out_dir, plan)
     scored = _fold_probabilities(plan, out_dir, config, fit_args, pool, device)
     described = _with_audits_summary(others, out_dir, plan)
     by_id = averaged_with(scored["by_id"], [probs for _, _, probs in others])

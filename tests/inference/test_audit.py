@@ -219,6 +219,23 @@ def test_a_checkpoint_for_the_folds_is_refused(capsys, tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.fault(
+    "audit: a second audit started into the folder an audit is writing",
+    "one line, exit 2, before anything is read or trained: the folder's holder (pid and host) "
+    "and --out",
+)
+def test_a_second_audit_into_a_busy_folder_is_refused(capsys, tmp_path):
+    from docclass.files import lock_folder
+
+    holder = lock_folder(tmp_path, "--out")
+    with pytest.raises(SystemExit) as stopped:
+        main(["audit", "--config", TINY, "--out", str(tmp_path)])
+    assert stopped.value.code == 2
+    assert "another docclass run is writing into it" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == [".docclass-run.lock"]
+    holder.close()
+
+
 def test_confident_learning_flags_the_confidently_contradicted_labels_lowest_first():
     pytest.importorskip("cleanlab")
     rng = np.random.default_rng(0)
