@@ -108,7 +108,7 @@ def binary_reason(raw: bytes) -> str | None:
     return None
 
 
-def decode_text(raw: bytes) -> tuple[str, bool]:
+def decode_text(raw: bytes, by_mark: bool = True) -> tuple[str, bool]:
     """Decode UTF-8 (a UTF-8 byte-order mark dropped); a file with a UTF-32 or UTF-16
     byte-order mark by its mark; otherwise, when strict UTF-8 fails, the whole file as
     Windows-1252 (a superset of Latin-1, for legacy files) or as UTF-8 with stray
@@ -126,10 +126,15 @@ def decode_text(raw: bytes) -> tuple[str, bool]:
     whatever the bytes. Left ambiguous: a Windows-1252 file whose only high bytes all happen to
     spell UTF-8 characters with the punctuation after them (``“Touché…”``) reads as UTF-8.
 
+    Args:
+        raw: the bytes.
+        by_mark: whether a UTF-16/32 byte-order mark decides (False for a line inside a stream,
+            where ``FF FE`` are Windows-1252's "ÿþ").
+
     Returns:
         ``(text, was_legacy)``; ``was_legacy`` is True when strict UTF-8 failed.
     """
-    for mark, codec in (*UTF32_MARKS, *UTF16_MARKS):
+    for mark, codec in (*UTF32_MARKS, *UTF16_MARKS) if by_mark else ():
         if raw.startswith(mark):
             return raw.decode(codec, errors="replace"), True
     try:

@@ -36,15 +36,17 @@ import codecs
 import collections
 import csv
 import glob
+import io
 import json
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from docclass.data.sources import binary_reason, decode_text
+from docclass.data.sources import UTF16_MARKS, UTF32_MARKS, binary_reason, decode_text
 from docclass.errors import ConfigError
 from docclass.inference.classifier import DocClassifier
 from docclass.interpret.records import EMPTY_DOCUMENT
@@ -112,6 +114,7 @@ def _unreadable(path: Path, error: Exception) -> InputDocument:
 CSV_FIELD_LIMIT = 2**31 - 1
 ROW_BAD_BYTES = "not valid UTF-8; undecodable bytes replaced with U+FFFD"
 LONE_SURROGATES = "holds lone surrogate escapes (not text); each replaced with U+FFFD"
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def csv_rows(path: Path, text_column: str) -> Iterator[InputDocument]:
@@ -140,6 +143,8 @@ def _csv_records(path: Path, lines: Iterator[str], text_column: str) -> Iterator
     if error is not None:  # no row can be read against a header that cannot be
         raise csv.Error(f"its header (line 1) cannot be read: {error}")
     columns = [_valid_utf8(name)[0] for name in header or []]
+    while len(columns) > 1 and columns[-1] == "":
+        columns.pop()  # a trailing comma names no column, in the header as in a row
     number, blanks = 0, 0
     while True:
         fields, error, first = records.next_row()
@@ -239,8 +244,8 @@ def _valid_utf8(value: str) -> tuple[str, bool]:
         pass
     try:  # bytes a decoder kept as surrogates: each bad byte becomes one U+FFFD
         return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace"), True
-    except UnicodeEncodeError:  # other lone surrogates (a JSON "\ud800" escape)
-        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace"), True
+    except UnicodeEncodeError:  # other lone surrogates (a JSON "\ud800" escape): one U+FFFD each
+        return LONE_SURROGATE.sub("\ufffd", value), True
 
 
 def _checked_row(
@@ -302,13 +307,17 @@ def _json_row(path: Path, number: int, line: str, text_column: str) -> InputDocu
         return InputDocument(f"{path}:{number}", error=f"not JSON: {error.msg}")
     if not isinstance(row, dict):
         return InputDocument(f"{path}:{number}", error="not a JSON object")
-    value = row.get(text_column)
-    if isinstance(value, str) and (cleaned := _valid_utf8(value))[1]:
-        # A "\ud800" escape is valid JSON but no text: the tokenizer refused it, and the run.
-        document = _row_document(path, number, {**row, text_column: cleaned[0]}, text_column, row)
+    # A "\ud800" escape is valid JSON but no text: the tokenizer (text) or the writer (id)
+    # refused it, and the run with it.
+    cleaned = {key: _valid_utf8(row[key]) for key in (text_column, ID_COLUMN)
+               if isinstance(row.get(key), str)}  # fmt: skip
+    document = _row_document(
+        path, number, {**row, **{key: text for key, (text, _) in cleaned.items()}},
+        text_column, list(row),
+    )  # fmt: skip
+    if any(bad for _, bad in cleaned.values()):
         document.warning = LONE_SURROGATES
-        return document
-    return _row_document(path, number, row, text_column, list(row))
+    return document
 
 
 def parquet_rows(
@@ -398,33 +407,56 @@ def expand_argument(argument: str) -> Iterator[Path | InputDocument]:
 
 
 def _files_under(folder: Path) -> list[Path | InputDocument]:
-    """The files under ``folder``, sorted, hidden files and folders left out. Linked folders
-    are followed, as a ``**`` glob follows them (``rglob`` did not, and their documents got no
-    row); a folder reached twice (a link to one already read, or to a folder above) is read
-    once."""
-    seen: set[tuple[int, int]] = set()
-    above = {folder.resolve(), *folder.resolve().parents}
+    """The files under ``folder``, sorted as paths, hidden files and folders left out, with an
+    error row for a folder that cannot be listed and for a broken link (they vanished
+    silently). Linked folders are followed (:func:`_walk`)."""
     found: list[Path | InputDocument] = []
     unlisted: list[OSError] = []
-    for root, folders, names in os.walk(folder, followlinks=True, onerror=unlisted.append):
-        status = os.stat(root)
-        if (status.st_dev, status.st_ino) in seen:
-            folders.clear()
-            continue
-        seen.add((status.st_dev, status.st_ino))
-        # Real folders before links, by name: which name a folder reached twice keeps does not
-        # hang on the listing's order. A link to the input or above it leads out of the input.
-        folders[:] = sorted(
-            (n for n in folders if not n.startswith(".")),
-            key=lambda n: (os.path.islink(os.path.join(root, n)), n),
-        )
-        folders[:] = [n for n in folders if Path(root, n).resolve() not in above]
+    for root, names in _walk(folder, unlisted):
         for name in names:
-            if not name.startswith(".") and (child := Path(root, name)).is_file():
+            child = Path(root, name)
+            if name.startswith("."):
+                continue
+            try:
+                if child.is_file():
+                    found.append(child)
+                elif child.is_symlink() and not child.exists():
+                    found.append(InputDocument(str(child), error="a link to nothing"))
+            except OSError:  # a folder readable but not searchable: the read says why
                 found.append(child)
-    # A folder that cannot be listed is said, not left out.
     found += [InputDocument(str(e.filename), error=f"cannot list: {e.strerror}") for e in unlisted]
-    return sorted(found, key=lambda item: str(item.id if isinstance(item, InputDocument) else item))
+    return sorted(found, key=lambda item: Path(getattr(item, "id", item)))
+
+
+def _walk(folder: Path, unlisted: list[OSError]) -> Iterator[tuple[str, list[str]]]:
+    """``(folder, file names)`` of every folder under ``folder``, hidden ones left out. Linked
+    folders are followed, as a ``**`` glob follows them (``rglob`` did not, and their
+    documents got no row), but not a link to a folder of the input itself (its files keep
+    their real names, however the folders are listed), to the input or to a folder above it
+    (out of the input), or to a folder already read."""
+    real = set()
+    for root, folders, _ in os.walk(folder):
+        folders[:] = [name for name in folders if not name.startswith(".")]
+        real.add(_inode(root))
+    above = {folder.resolve(), *folder.resolve().parents}
+    visited = {_inode(str(folder))}
+    for root, folders, names in os.walk(folder, followlinks=True, onerror=unlisted.append):
+        kept = []
+        for name in sorted(folders):
+            path = os.path.join(root, name)
+            if name.startswith(".") or (key := _inode(path)) in visited:
+                continue
+            if os.path.islink(path) and (key in real or Path(path).resolve() in above):
+                continue
+            visited.add(key)
+            kept.append(name)
+        folders[:] = kept
+        yield root, names
+
+
+def _inode(path: str) -> tuple[int, int]:
+    status = os.stat(path)
+    return status.st_dev, status.st_ino
 
 
 def is_table(path: Path) -> bool:
@@ -451,13 +483,22 @@ def _expand(argument: str, text_column: str, stdin: IO[str]) -> Iterator[InputDo
 
 
 def _stdin_documents(stdin: IO[str]) -> Iterator[InputDocument]:
-    """One document per line, its bytes decoded as a file's are, whatever the locale (decoded
-    by the locale, bad bytes reached the tokenizer as surrogates and ended the run)."""
-    binary = getattr(stdin, "buffer", None)
-    for number, line in enumerate(binary if binary is not None else stdin, start=1):
+    """One document per line, decoded as a file's bytes are, whatever the locale (decoded by
+    the locale, bad bytes reached the tokenizer as surrogates and ended the run): a UTF-16/32
+    mark at the start decides the whole stream; a line holding NUL bytes is an error row."""
+    lines: Iterable[str | bytes] = stdin
+    if (binary := getattr(stdin, "buffer", None)) is not None:
+        start = binary.peek(4)[:4] if hasattr(binary, "peek") else b""
+        codec = next((c for m, c in (*UTF32_MARKS, *UTF16_MARKS) if start.startswith(m)), None)
+        lines = io.TextIOWrapper(binary, encoding=codec, errors="replace") if codec else binary
+    for number, line in enumerate(lines, start=1):
+        warning = None
         if isinstance(line, bytes):
-            # As a file's bytes are read: UTF-8, else Windows-1252 (a Latin-1 pipe's "Café").
-            text, was_legacy = decode_text(line)
+            if b"\x00" in line:
+                yield InputDocument(f"stdin:{number}", error="binary (NUL bytes): not text")
+                continue
+            # UTF-8, else Windows-1252 (a Latin-1 pipe's "Café"); a mark only on line 1.
+            text, was_legacy = decode_text(line, by_mark=number == 1)
             warning = NOT_UTF8 if was_legacy else None
         else:
             text, bad = _valid_utf8(line.removeprefix("\ufeff") if number == 1 else line)
@@ -639,13 +680,15 @@ def _open_output(out: Path) -> tuple[IO[str], Path | None]:
 def check_out_is_not_an_input(out: str, inputs: Iterable[str]) -> None:
     """Refuse an output path that is one of the inputs or lies inside an input folder (or a
     folder a pattern names): it would be read back as documents, or overwrite one."""
-    target = Path(out).resolve()
+    target = Path(os.path.realpath(out))  # realpath: a link loop among the inputs is no error
     for argument in inputs:
         if argument == "-":
             continue
         named = [argument] if Path(argument).exists() else glob.glob(argument, recursive=True)
-        for source in (Path(name).resolve() for name in named):
-            if target == source or source in target.parents:
+        for source in (Path(os.path.realpath(name)) for name in named):
+            # A folder's linked folders are read as its own (_walk): an output in one is inside.
+            walked = {Path(os.path.realpath(root)) for root, _ in _walk(source, [])}
+            if target == source or source in target.parents or target.parent in walked:
                 raise ConfigError(
                     f"--out {out} is {'inside ' if target != source else ''}the input "
                     f"{argument}: it would be read as documents or overwrite one; write the "

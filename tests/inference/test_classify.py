@@ -19,7 +19,12 @@ from docclass.cli import main
 from docclass.data.sources import decode_text
 from docclass.errors import CheckpointError, ConfigError
 from docclass.inference.classifier import WordScoreMethod
-from docclass.inference.classify import NOT_UTF8, decode_document, read_inputs
+from docclass.inference.classify import (
+    NOT_UTF8,
+    check_out_is_not_an_input,
+    decode_document,
+    read_inputs,
+)
 from docclass.interpret.default_method import default_method
 from docclass.interpret.inputs import encode_documents
 from docclass.interpret.records import RECORD_METHODS
@@ -543,7 +548,7 @@ def test_dev_stdout_as_out_is_the_output_stream_not_a_file_opened_anew(capsys, c
     "read again one by one, so no row is swallowed, cut or renumbered (a trailing comma is no "
     "error)",
 )
-def test_a_malformed_csv_row_costs_that_row_only(tmp_path):
+def test_a_malformed_csv_row_costs_that_row_only(tmp_path, monkeypatch):
     table = tmp_path / "rows.csv"
     table.write_text(
         "id,text\n"
@@ -569,13 +574,34 @@ def test_a_malformed_csv_row_costs_that_row_only(tmp_path):
     assert ["starts on line 5:" in errors[0], "starts on line 7:" in errors[1]] == [True, True]
     assert "line 8 has 4 fields where the header has 2" in errors[2]
     assert "starts on line 11: unexpected end of data" in errors[3] and len(errors) == 4
-    # A quote left open on every line: each line read at most twice, every row kept.
+    # Rows inside a bad row's lines, a bad row among them, rows after: each its own row.
+    zone = tmp_path / "zone.csv"
+    zone.write_text(
+        'id,text,\nz1,"opens\nz2,in\nz3,"x"y\nz4,after\nz5,"ends",x\nz6,last\n',  # header: a
+        newline="",  # trailing comma names no column
+    )
+    rows = list(read_inputs([str(zone)]))
+    assert [r.id.removeprefix(f"{zone}:") for r in rows] == ["1", "z2", "3", "z4", "5", "z6"]
+    counted = tmp_path / "counted.csv"  # a row of many lines with the wrong field count
+    counted.write_text('id,text\nw1,"a\nw2,b\nw3,c",x\nw4,d\n', newline="")
+    rows = list(read_inputs([str(counted)]))
+    assert [r.id.removeprefix(f"{counted}:") for r in rows] == ["1", "w2", "3", "w4"]
+    # A quote left open on every line: each line parsed at most twice, every row kept.
     many = tmp_path / "many.csv"
     many.write_text("id,text\n" + "".join(f'q{i}","\n' for i in range(3000)))
+    parsed, real_reader = [], csv.reader
+
+    def counting(lines):
+        for line in lines:
+            parsed.append(line)
+            yield line
+
+    monkeypatch.setattr(csv, "reader", lambda lines, **k: real_reader(counting(lines), **k))
     assert len(list(read_inputs([str(many)]))) == 3000
+    assert len(parsed) <= 2 * 3001
     # A blank line in a one-column file is an empty cell: its own (empty) row, ids unshifted.
     single = tmp_path / "single.csv"
-    single.write_bytes(b"text\r\nShares rose\r\n\r\nElection results\r\n")
+    single.write_bytes(b"text\r\nShares rose\r\n\r\nElection results\r\n\r\n\r\n")  # end: no rows
     rows = list(read_inputs([str(single)]))
     assert [(r.id.rsplit(":", 1)[1], r.text) for r in rows] == [
         ("1", "Shares rose"), ("2", ""), ("3", "Election results")
@@ -588,14 +614,24 @@ def test_a_malformed_csv_row_costs_that_row_only(tmp_path):
     "read once",
 )
 def test_a_linked_folder_inside_an_input_folder_is_read(tmp_path):
-    (tmp_path / "docs" / "local").mkdir(parents=True)
+    docs = tmp_path / "docs"
+    (docs / "local").mkdir(parents=True)
     (tmp_path / "shared").mkdir()
-    (tmp_path / "docs" / "local" / "a.txt").write_text("Shares rose.")
+    (docs / "local" / "a.txt").write_text("Shares rose.")
     (tmp_path / "shared" / "b.txt").write_text("The striker scored.")
-    (tmp_path / "docs" / "2024").symlink_to(tmp_path / "shared")
-    (tmp_path / "docs" / "local" / "up").symlink_to(tmp_path / "docs")  # a loop
-    folder = [r.id for r in read_inputs([str(tmp_path / "docs")])]
-    assert folder == [str(tmp_path / "docs" / "2024" / "b.txt"), str(tmp_path / "docs/local/a.txt")]
+    (docs / "2024").symlink_to(tmp_path / "shared")
+    (docs / "local" / "up").symlink_to(docs)  # a loop
+    (docs / "a-link").symlink_to(docs / "local")  # listed before the real folder it names
+    (docs / "copy").symlink_to(tmp_path / "shared")  # a second way to a folder read already
+    (docs / "gone.txt").symlink_to(tmp_path / "nothing")
+    folder = [(r.id, r.error) for r in read_inputs([str(docs)])]
+    assert folder == [
+        (str(docs / "2024" / "b.txt"), None), (str(docs / "gone.txt"), "a link to nothing"),
+        (str(docs / "local" / "a.txt"), None),
+    ]  # fmt: skip
+    # An output inside a linked folder would be read back next time: refused like any input's.
+    with pytest.raises(ConfigError, match="inside the input"):
+        check_out_is_not_an_input(str(tmp_path / "shared" / "labels.csv"), [str(docs)])
 
 
 @pytest.mark.fault(
@@ -611,9 +647,12 @@ def test_table_ids_keep_their_text(tmp_path):
     ids = pa.array([b"doc-17", b"doc-18"], pa.binary())
     pq.write_table(pa.table({"id": ids, "text": ["Shares rose.", "Goal!"]}), table)
     floats = tmp_path / "floats.parquet"
-    pq.write_table(pa.table({"id": [101.0, None, 2.5], "text": ["a", "b", "c"]}), floats)
+    pq.write_table(pa.table({"id": [101.0, None, 2.5, 2.0**60], "text": ["a"] * 4}), floats)
     got = [r.id for r in read_inputs([str(table), str(floats)])]
-    assert got == ["doc-17", "doc-18", "101", f"{floats}:2", "2.5"]
+    assert got == ["doc-17", "doc-18", "101", f"{floats}:2", "2.5", str(2.0**60)]
+    escaped = tmp_path / "escaped.jsonl"
+    escaped.write_text('{"id": "x\\ud800y", "text": "ok"}\n')  # one U+FFFD for one escape
+    assert [(r.id, bool(r.warning)) for r in read_inputs([str(escaped)])] == [("x\ufffdy", True)]
 
 
 @pytest.mark.fault(
@@ -636,7 +675,17 @@ def test_undecodable_standard_input_and_lone_surrogates_get_a_warning_not_a_cras
         "stdin:1", "stdin:2", "rows.jsonl:1", "J\ufffd"
     ]  # fmt: skip
     assert all(r["label"] and not r.get("error") for r in rows)
-    assert [bool(r.get("warning")) for r in rows] == [True, False, True, False]
+    assert [bool(r.get("warning")) for r in rows] == [True, False, True, True]
+
+    # A UTF-16 stream is read by its mark; later lines never are ("ÿþ" is Windows-1252 there).
+    def piped(raw):
+        stream = io.TextIOWrapper(io.BufferedReader(io.BytesIO(raw)))
+        return [(d.text, d.error) for d in read_inputs(["-"], stdin=stream)]
+
+    assert piped("hé\r\nbye\n".encode("utf-16")) == [("hé", None), ("bye", None)]
+    assert piped(b"ok\n\xff\xfexy\nz\x00z\n") == [
+        ("ok", None), ("ÿþxy", None), (None, "binary (NUL bytes): not text")
+    ]  # fmt: skip
     # Standard input is decoded as a file is: a Latin-1 pipe's "Café", a mark, CRLF.
     piped = io.TextIOWrapper(io.BytesIO(b"\xef\xbb\xbfCaf\xe9 prices\r\nok\n"))
     read = [(d.text, d.warning) for d in read_inputs(["-"], stdin=piped)]
