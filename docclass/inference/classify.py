@@ -143,8 +143,10 @@ def _csv_records(path: Path, lines: Iterator[str], text_column: str) -> Iterator
     if error is not None:  # no row can be read against a header that cannot be
         raise csv.Error(f"its header (line 1) cannot be read: {error}")
     columns = [_valid_utf8(name)[0] for name in header or []]
-    while len(columns) > 1 and columns[-1] == "":
-        columns.pop()  # a trailing comma names no column, in the header as in a row
+    # A header's trailing comma names no column: rows may stop before it, or fill it.
+    named = len(columns)
+    while named > 1 and columns[named - 1] == "":
+        named -= 1
     number, blanks = 0, 0
     while True:
         fields, error, first = records.next_row()
@@ -153,7 +155,7 @@ def _csv_records(path: Path, lines: Iterator[str], text_column: str) -> Iterator
         if fields == []:
             # A blank line: no row (pandas skips it too), except in a one-column file, where it
             # is an empty cell, the next row's neighbour.
-            blanks += len(columns) == 1
+            blanks += named == 1
             continue
         for _ in range(blanks):
             number += 1
@@ -166,20 +168,18 @@ def _csv_records(path: Path, lines: Iterator[str], text_column: str) -> Iterator
                 "after it are read again one by one (close or double the quote)",
             )
             continue
-        while len(fields) > len(columns) and fields[-1] == "":
-            fields.pop()  # empty fields past the header's (a trailing comma) cut nothing
-        if len(fields) != len(columns):
+        while len(fields) > named and fields[-1] == "":
+            fields.pop()  # empty fields past the named columns (a trailing comma) cut nothing
+        if not named <= len(fields) <= len(columns):
             records.read_again_inside(first)
             yield InputDocument(
                 f"{path}:{number}",
                 error=f"the row that starts on line {first} has {len(fields)} fields where the "
-                f"header has {len(columns)} (an unquoted comma or quote in the text?); quote "
-                "the field",
+                f"header has {named} (an unquoted comma or quote in the text?); quote the field",
             )
             continue
-        yield _checked_row(
-            path, number, dict(zip(columns, fields, strict=True)), text_column, columns
-        )
+        row = dict(zip(columns, fields, strict=False))
+        yield _checked_row(path, number, row, text_column, columns)
 
 
 class _CsvRows:
@@ -391,13 +391,15 @@ def expand_argument(argument: str) -> Iterator[Path | InputDocument]:
         if not matches:
             yield InputDocument(argument, error="no file matches this pattern")
         # A recursive pattern matches a folder and the files in it: each file is named once.
-        seen: set[Path] = set()
+        seen: set[str] = set()
         for match in matches:
             for item in expand_argument(match):
-                if isinstance(item, Path):  # as spelled: two links to one file stay two
-                    if item in seen:
-                        continue
-                    seen.add(item)
+                # As spelled: two links to one file stay two; a file, or an error row (a link
+                # to nothing), met in a folder and again as a match of its own is one.
+                key = str(item.id if isinstance(item, InputDocument) else item)
+                if key in seen:
+                    continue
+                seen.add(key)
                 yield item
         return
     if not path.exists():
@@ -438,15 +440,20 @@ def _walk(folder: Path, unlisted: list[OSError]) -> Iterator[tuple[str, list[str
     for root, folders, _ in os.walk(folder):
         folders[:] = [name for name in folders if not name.startswith(".")]
         real.add(_inode(root))
-    above = {folder.resolve(), *folder.resolve().parents}
+    above = {Path(os.path.realpath(folder)), *Path(os.path.realpath(folder)).parents}
     visited = {_inode(str(folder))}
     for root, folders, names in os.walk(folder, followlinks=True, onerror=unlisted.append):
         kept = []
         for name in sorted(folders):
             path = os.path.join(root, name)
-            if name.startswith(".") or (key := _inode(path)) in visited:
+            if name.startswith("."):
                 continue
-            if os.path.islink(path) and (key in real or Path(path).resolve() in above):
+            if (key := _inode(path)) is None:  # listed, but not to be looked into
+                unlisted.append(PermissionError(13, "Permission denied", path))
+                continue
+            if key in visited:
+                continue
+            if os.path.islink(path) and (key in real or Path(os.path.realpath(path)) in above):
                 continue
             visited.add(key)
             kept.append(name)
@@ -454,8 +461,12 @@ def _walk(folder: Path, unlisted: list[OSError]) -> Iterator[tuple[str, list[str
         yield root, names
 
 
-def _inode(path: str) -> tuple[int, int]:
-    status = os.stat(path)
+def _inode(path: str) -> tuple[int, int] | None:
+    """What names a folder however it is reached; None when it cannot be looked at."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
     return status.st_dev, status.st_ino
 
 
@@ -490,15 +501,29 @@ def _stdin_documents(stdin: IO[str]) -> Iterator[InputDocument]:
     if (binary := getattr(stdin, "buffer", None)) is not None:
         start = binary.peek(4)[:4] if hasattr(binary, "peek") else b""
         codec = next((c for m, c in (*UTF32_MARKS, *UTF16_MARKS) if start.startswith(m)), None)
-        lines = io.TextIOWrapper(binary, encoding=codec, errors="replace") if codec else binary
+        lines = binary
+        if codec:
+            # Lines end at "\n" as in the bytes read below; detached after, so that closing
+            # the wrapper does not close standard input under the next "-".
+            wrapper = io.TextIOWrapper(binary, encoding=codec, errors="replace", newline="\n")
+            try:
+                yield from _stdin_lines(wrapper)
+            finally:
+                wrapper.detach()
+            return
+    yield from _stdin_lines(lines)
+
+
+def _stdin_lines(lines: Iterable[str | bytes]) -> Iterator[InputDocument]:
     for number, line in enumerate(lines, start=1):
         warning = None
         if isinstance(line, bytes):
             if b"\x00" in line:
                 yield InputDocument(f"stdin:{number}", error="binary (NUL bytes): not text")
                 continue
-            # UTF-8, else Windows-1252 (a Latin-1 pipe's "Café"); a mark only on line 1.
-            text, was_legacy = decode_text(line, by_mark=number == 1)
+            # UTF-8, else Windows-1252 (a Latin-1 pipe's "Café"); the stream's mark, if any,
+            # was looked for before ("ÿþ" starting a later line is Windows-1252).
+            text, was_legacy = decode_text(line, by_mark=False)
             warning = NOT_UTF8 if was_legacy else None
         else:
             text, bad = _valid_utf8(line.removeprefix("\ufeff") if number == 1 else line)
@@ -685,10 +710,13 @@ def check_out_is_not_an_input(out: str, inputs: Iterable[str]) -> None:
         if argument == "-":
             continue
         named = [argument] if Path(argument).exists() else glob.glob(argument, recursive=True)
+        walked: set[Path] = set()
         for source in (Path(os.path.realpath(name)) for name in named):
             # A folder's linked folders are read as its own (_walk): an output in one is inside.
-            walked = {Path(os.path.realpath(root)) for root, _ in _walk(source, [])}
-            if target == source or source in target.parents or target.parent in walked:
+            # A folder inside one walked already (a ** pattern's matches) is not walked again.
+            if source.is_dir() and source not in walked:
+                walked |= {Path(os.path.realpath(root)) for root, _ in _walk(source, [])}
+            if target == source or source in target.parents or walked & set(target.parents):
                 raise ConfigError(
                     f"--out {out} is {'inside ' if target != source else ''}the input "
                     f"{argument}: it would be read as documents or overwrite one; write the "

@@ -577,11 +577,17 @@ def test_a_malformed_csv_row_costs_that_row_only(tmp_path, monkeypatch):
     # Rows inside a bad row's lines, a bad row among them, rows after: each its own row.
     zone = tmp_path / "zone.csv"
     zone.write_text(
-        'id,text,\nz1,"opens\nz2,in\nz3,"x"y\nz4,after\nz5,"ends",x\nz6,last\n',  # header: a
-        newline="",  # trailing comma names no column
+        'id,text\nz1,"opens\nz2,in\nz3,"x"y\nz4,after\nz5,"ends",x\nz6,last\n', newline=""
     )
     rows = list(read_inputs([str(zone)]))
     assert [r.id.removeprefix(f"{zone}:") for r in rows] == ["1", "z2", "3", "z4", "5", "z6"]
+    # A header's trailing comma names no column: a row may stop before it or fill it.
+    unnamed = tmp_path / "unnamed.csv"
+    unnamed.write_text("id,text,\nd1,Shares rose\nd2,Goal,reviewed\nd3,a,b,c\n", newline="")
+    rows = list(read_inputs([str(unnamed)]))
+    assert [(r.id.removeprefix(f"{unnamed}:"), r.text) for r in rows] == [
+        ("d1", "Shares rose"), ("d2", "Goal"), ("3", None)
+    ]  # fmt: skip
     counted = tmp_path / "counted.csv"  # a row of many lines with the wrong field count
     counted.write_text('id,text\nw1,"a\nw2,b\nw3,c",x\nw4,d\n', newline="")
     rows = list(read_inputs([str(counted)]))
@@ -629,9 +635,22 @@ def test_a_linked_folder_inside_an_input_folder_is_read(tmp_path):
         (str(docs / "2024" / "b.txt"), None), (str(docs / "gone.txt"), "a link to nothing"),
         (str(docs / "local" / "a.txt"), None),
     ]  # fmt: skip
-    # An output inside a linked folder would be read back next time: refused like any input's.
-    with pytest.raises(ConfigError, match="inside the input"):
-        check_out_is_not_an_input(str(tmp_path / "shared" / "labels.csv"), [str(docs)])
+    # An output inside a linked folder would be read back next time: refused like any input's,
+    # in a folder still to be made too.
+    for out in (tmp_path / "shared" / "labels.csv", tmp_path / "shared" / "new" / "labels.csv"):
+        with pytest.raises(ConfigError, match="inside the input"):
+            check_out_is_not_an_input(str(out), [str(docs)])
+    # Inputs that are no folder (a link to nothing, a link loop) are no error for the check,
+    # and a pattern's link to nothing gets one row, not one per way it is reached (a folder
+    # without links back up: Python's ** follows them round).
+    (docs / "loop").symlink_to(docs / "loop")
+    check_out_is_not_an_input(
+        str(tmp_path / "labels.csv"), [str(docs / "gone.txt"), str(docs / "*")]
+    )
+    (tmp_path / "flat").mkdir()
+    (tmp_path / "flat" / "gone.txt").symlink_to(tmp_path / "nothing")
+    rows = [(r.id, r.error) for r in read_inputs([str(tmp_path / "flat" / "**")])]
+    assert rows == [(str(tmp_path / "flat" / "gone.txt"), "a link to nothing")]
 
 
 @pytest.mark.fault(
@@ -683,6 +702,12 @@ def test_undecodable_standard_input_and_lone_surrogates_get_a_warning_not_a_cras
         return [(d.text, d.error) for d in read_inputs(["-"], stdin=stream)]
 
     assert piped("hé\r\nbye\n".encode("utf-16")) == [("hé", None), ("bye", None)]
+    assert piped("one\rstill one\ntwo\n".encode("utf-16")) == [  # lines end at "\n" only
+        ("one\rstill one", None), ("two", None)
+    ]  # fmt: skip
+    stream = io.TextIOWrapper(io.BufferedReader(io.BytesIO("a\n".encode("utf-16"))))
+    assert [d.text for d in read_inputs(["-", "-"], stdin=stream)] == ["a"]
+    assert not stream.closed  # read by its mark, standard input stays open for what follows
     assert piped(b"ok\n\xff\xfexy\nz\x00z\n") == [
         ("ok", None), ("ÿþxy", None), (None, "binary (NUL bytes): not text")
     ]  # fmt: skip
@@ -725,3 +750,16 @@ def test_a_folder_that_cannot_be_listed_or_links_above_the_input_is_said(tmp_pat
     assert [(r.id, r.error) for r in rows] == [
         (str(docs / "a.txt"), None), (str(docs / "locked"), "cannot list: Permission denied")
     ]  # fmt: skip
+    monkeypatch.undo()
+    # Listed but not to be looked into (a folder readable, not searchable): a row, not a crash.
+    (docs / "locked" / "sub").mkdir()
+    real_stat = os.stat
+
+    def unsearchable(path, *args, **kwargs):
+        if os.fspath(path).endswith("sub"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", unsearchable)
+    rows = [(r.id, r.error) for r in read_inputs([str(docs)])]
+    assert rows[-1] == (str(docs / "locked" / "sub"), "cannot list: Permission denied")
