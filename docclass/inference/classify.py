@@ -143,7 +143,8 @@ def _csv_records(path: Path, lines: Iterator[str], text_column: str) -> Iterator
     if error is not None:  # no row can be read against a header that cannot be
         raise csv.Error(f"its header (line 1) cannot be read: {error}")
     columns = [_valid_utf8(name)[0] for name in header or []]
-    # A header's trailing comma names no column: rows may stop before it, or fill it.
+    # A header's trailing comma names no column. A row filling it is an error, as any row with
+    # more fields is: the field may be the rest of a text cut at an unquoted comma.
     named = len(columns)
     while named > 1 and columns[named - 1] == "":
         named -= 1
@@ -170,7 +171,7 @@ def _csv_records(path: Path, lines: Iterator[str], text_column: str) -> Iterator
             continue
         while len(fields) > named and fields[-1] == "":
             fields.pop()  # empty fields past the named columns (a trailing comma) cut nothing
-        if not named <= len(fields) <= len(columns):
+        if len(fields) != named:
             records.read_again_inside(first)
             yield InputDocument(
                 f"{path}:{number}",
@@ -383,17 +384,15 @@ def expand_argument(argument: str) -> Iterator[Path | InputDocument]:
     """The files one argument names, in order, without reading them; an argument that names
     nothing is an error document. Hidden files and folders inside a folder are skipped."""
     path = Path(argument)
-    if path.is_dir():
-        yield from _files_under(path)
-        return
-    if not path.exists() and glob.has_magic(argument):
+    if glob.has_magic(argument) and not os.path.lexists(argument):
         matches = sorted(glob.glob(argument, recursive=True))
         if not matches:
             yield InputDocument(argument, error="no file matches this pattern")
         # A recursive pattern matches a folder and the files in it: each file is named once.
         seen: set[str] = set()
         for match in matches:
-            for item in expand_argument(match):
+            # Each match as the path it is, never as a pattern again ("x*" may be a name).
+            for item in _named_files(Path(match), match):
                 # As spelled: two links to one file stay two; a file, or an error row (a link
                 # to nothing), met in a folder and again as a match of its own is one.
                 key = str(item.id if isinstance(item, InputDocument) else item)
@@ -402,8 +401,21 @@ def expand_argument(argument: str) -> Iterator[Path | InputDocument]:
                 seen.add(key)
                 yield item
         return
-    if not path.exists():
-        yield InputDocument(argument, error="no such file or folder")
+    yield from _named_files(path, argument)
+
+
+def _named_files(path: Path, argument: str) -> Iterator[Path | InputDocument]:
+    """The files one path names: a folder's (:func:`_files_under`), the file, or an error."""
+    try:
+        if path.is_dir():
+            yield from _files_under(path)
+            return
+        if not path.exists():
+            missing = "a link to nothing" if path.is_symlink() else "no such file or folder"
+            yield InputDocument(argument, error=missing)
+            return
+    except OSError as error:  # inside a folder that may be listed but not looked into
+        yield InputDocument(argument, error=f"cannot read: {error.strerror or error}")
         return
     yield path
 
@@ -709,12 +721,16 @@ def check_out_is_not_an_input(out: str, inputs: Iterable[str]) -> None:
     for argument in inputs:
         if argument == "-":
             continue
-        named = [argument] if Path(argument).exists() else glob.glob(argument, recursive=True)
+        literal = os.path.lexists(argument) or not glob.has_magic(argument)
+        named = [argument] if literal else sorted(glob.glob(argument, recursive=True))
         walked: set[Path] = set()
+        roots: list[Path] = []
         for source in (Path(os.path.realpath(name)) for name in named):
             # A folder's linked folders are read as its own (_walk): an output in one is inside.
-            # A folder inside one walked already (a ** pattern's matches) is not walked again.
-            if source.is_dir() and source not in walked:
+            # A folder a walked one holds, by its real path (a ** pattern's matches), is not
+            # walked again: what it reaches, that walk reached.
+            if _is_folder(source) and not any(_holds(root, source) for root in roots):
+                roots.append(source)
                 walked |= {Path(os.path.realpath(root)) for root, _ in _walk(source, [])}
             if target == source or source in target.parents or walked & set(target.parents):
                 raise ConfigError(
@@ -722,3 +738,18 @@ def check_out_is_not_an_input(out: str, inputs: Iterable[str]) -> None:
                     f"{argument}: it would be read as documents or overwrite one; write the "
                     "output outside the inputs"
                 )
+
+
+def _is_folder(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+def _holds(root: Path, path: Path) -> bool:
+    """Whether ``path`` lies in ``root`` by real folders, none hidden (as :func:`_walk` reads)."""
+    return path == root or (
+        root in path.parents
+        and not any(part.startswith(".") for part in path.relative_to(root).parts)
+    )

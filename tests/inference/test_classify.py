@@ -581,9 +581,10 @@ def test_a_malformed_csv_row_costs_that_row_only(tmp_path, monkeypatch):
     )
     rows = list(read_inputs([str(zone)]))
     assert [r.id.removeprefix(f"{zone}:") for r in rows] == ["1", "z2", "3", "z4", "5", "z6"]
-    # A header's trailing comma names no column: a row may stop before it or fill it.
+    # A header's trailing comma names no column: a row may leave it empty, not fill it (the
+    # field could be the rest of a text cut at an unquoted comma).
     unnamed = tmp_path / "unnamed.csv"
-    unnamed.write_text("id,text,\nd1,Shares rose\nd2,Goal,reviewed\nd3,a,b,c\n", newline="")
+    unnamed.write_text("id,text,\nd1,Shares rose\nd2,Goal,\nd3,hello, world\n", newline="")
     rows = list(read_inputs([str(unnamed)]))
     assert [(r.id.removeprefix(f"{unnamed}:"), r.text) for r in rows] == [
         ("d1", "Shares rose"), ("d2", "Goal"), ("3", None)
@@ -647,10 +648,26 @@ def test_a_linked_folder_inside_an_input_folder_is_read(tmp_path):
     check_out_is_not_an_input(
         str(tmp_path / "labels.csv"), [str(docs / "gone.txt"), str(docs / "*")]
     )
-    (tmp_path / "flat").mkdir()
-    (tmp_path / "flat" / "gone.txt").symlink_to(tmp_path / "nothing")
-    rows = [(r.id, r.error) for r in read_inputs([str(tmp_path / "flat" / "**")])]
-    assert rows == [(str(tmp_path / "flat" / "gone.txt"), "a link to nothing")]
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "gone.txt").symlink_to(tmp_path / "nothing")
+    (flat / "x*").symlink_to(tmp_path / "nothing")  # a name that reads as a pattern
+    (flat / "xa").write_text("A document.")
+    rows = [(r.id, r.error) for r in read_inputs([str(flat / "**")])]
+    assert rows == [
+        (str(flat / "gone.txt"), "a link to nothing"), (str(flat / "x*"), "a link to nothing"),
+        (str(flat / "xa"), None),
+    ]  # fmt: skip
+    # A pattern's folders all count, however one reaches another: c/A's link to e/B does not
+    # follow e/B's link back up to c, but c/B2 (= e/B) read as its own match does.
+    (tmp_path / "c" / "A").mkdir(parents=True)
+    (tmp_path / "c" / "sub").mkdir()
+    (tmp_path / "e" / "B").mkdir(parents=True)
+    (tmp_path / "c" / "A" / "L").symlink_to(tmp_path / "e" / "B")
+    (tmp_path / "c" / "B2").symlink_to(tmp_path / "e" / "B")
+    (tmp_path / "e" / "B" / "M").symlink_to(tmp_path / "c")
+    with pytest.raises(ConfigError, match="inside the input"):
+        check_out_is_not_an_input(str(tmp_path / "c/sub/labels.csv"), [str(tmp_path / "c/[AB]*")])
 
 
 @pytest.mark.fault(
@@ -763,3 +780,6 @@ def test_a_folder_that_cannot_be_listed_or_links_above_the_input_is_said(tmp_pat
     monkeypatch.setattr(os, "stat", unsearchable)
     rows = [(r.id, r.error) for r in read_inputs([str(docs)])]
     assert rows[-1] == (str(docs / "locked" / "sub"), "cannot list: Permission denied")
+    # The same folder met as a pattern's match: a row too, not a traceback.
+    rows = [(r.id, r.error) for r in read_inputs([str(docs / "locked" / "*")])]
+    assert rows == [(str(docs / "locked" / "sub"), "cannot read: Permission denied")]
