@@ -724,13 +724,13 @@ def check_out_is_not_an_input(out: str, inputs: Iterable[str]) -> None:
         literal = os.path.lexists(argument) or not glob.has_magic(argument)
         named = [argument] if literal else sorted(glob.glob(argument, recursive=True))
         walked: set[Path] = set()
-        roots: list[Path] = []
+        roots: set[Path] = set()
         for source in (Path(os.path.realpath(name)) for name in named):
             # A folder's linked folders are read as its own (_walk): an output in one is inside.
             # A folder a walked one holds, by its real path (a ** pattern's matches), is not
             # walked again: what it reaches, that walk reached.
-            if _is_folder(source) and not any(_holds(root, source) for root in roots):
-                roots.append(source)
+            if _is_folder(source) and not _held(roots, source):
+                roots.add(source)
                 walked |= {Path(os.path.realpath(root)) for root, _ in _walk(source, [])}
             if target == source or source in target.parents or walked & set(target.parents):
                 raise ConfigError(
@@ -747,9 +747,12 @@ def _is_folder(path: Path) -> bool:
         return False
 
 
-def _holds(root: Path, path: Path) -> bool:
-    """Whether ``path`` lies in ``root`` by real folders, none hidden (as :func:`_walk` reads)."""
-    return path == root or (
-        root in path.parents
-        and not any(part.startswith(".") for part in path.relative_to(root).parts)
-    )
+def _held(roots: set[Path], path: Path) -> bool:
+    """Whether ``path`` lies in one of ``roots`` by real folders, none hidden (as :func:`_walk`
+    reads them); looked up folder by folder, so many roots cost no more than one."""
+    for folder in (path, *path.parents):
+        if folder in roots:
+            return True
+        if folder.name.startswith("."):
+            return False
+    return False
