@@ -448,11 +448,10 @@ def _walk(folder: Path, unlisted: list[OSError]) -> Iterator[tuple[str, list[str
     documents got no row), but not a link to a folder of the input itself (its files keep
     their real names, however the folders are listed), to the input or to a folder above it
     (out of the input), or to a folder already read."""
-    real = set()
-    for root, folders, _ in os.walk(folder):
-        folders[:] = [name for name in folders if not name.startswith(".")]
-        real.add(_inode(root))
-    above = {Path(os.path.realpath(folder)), *Path(os.path.realpath(folder)).parents}
+    # A link's target is one of the input's own folders when the input holds its real path:
+    # no walk of the input's real folders needed to know them.
+    inside = {Path(os.path.realpath(folder))}
+    above = {*inside, *next(iter(inside)).parents}
     visited = {_inode(str(folder))}
     for root, folders, names in os.walk(folder, followlinks=True, onerror=unlisted.append):
         kept = []
@@ -465,8 +464,10 @@ def _walk(folder: Path, unlisted: list[OSError]) -> Iterator[tuple[str, list[str
                 continue
             if key in visited:
                 continue
-            if os.path.islink(path) and (key in real or Path(os.path.realpath(path)) in above):
-                continue
+            if os.path.islink(path):
+                target = Path(os.path.realpath(path))
+                if _held(inside, target) or target in above:
+                    continue
             visited.add(key)
             kept.append(name)
         folders[:] = kept
