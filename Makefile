@@ -12,7 +12,7 @@ PIP_FLAGS := $(if $(WHEELS),--find-links $(WHEELS),)
 CHROMIUM := $(shell command -v chromium 2>/dev/null)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: demo scratch test test-full lint format seeds inference-options report-speed gamma-speed report-cap report-scale classify-memory ray-classify serve-load batching-speed bench long-documents planted-keyword calibration label-audit faithfulness streaming-speed encoder-speed cold-start corpora browser clean
+.PHONY: demo scratch test test-full lint format seeds inference-options report-speed gamma-speed report-cap report-scale classify-memory ray-classify serve-load batching-speed bench long-documents planted-keyword calibration label-audit faithfulness streaming-speed encoder-speed cpu-bf16-speed cold-start corpora browser clean
 
 # lxt (AttnLRP's reference implementation, for the tests that check docclass's relevance rules
 # against it) is installed without its dependencies: they include open_clip_torch and
@@ -107,6 +107,9 @@ corpora: $(STAMP)  ## recommended configs vs TF-IDF+LinearSVC on BBC and ../shar
 encoder-speed: $(STAMP)  ## docclass's MiniLM beside transformers' BertForSequenceClassification, same batches; whole-document windows in length groups against one padding (~5 min)
 	$(BIN)/python -m scripts.encoder_speed --config configs/minilm-128.yaml --windows_config configs/minilm.yaml \
 		--out reports/encoder-speed.json
+
+cpu-bf16-speed: $(STAMP)  ## model.cpu_train_precision: the demo's held-block states and top-block training steps, float32 beside bf16 on this CPU (~2 min)
+	$(BIN)/python -m scripts.cpu_bf16_speed --config configs/demo.yaml --out reports/cpu-bf16-speed.json
 
 calibration: $(STAMP)  ## temperature, ECE, Brier and NLL before and after, every run of `make corpora` and the from-scratch BBC run of `make scratch` (~5 min)
 	$(BIN)/python -m scripts.calibration --runs reports/corpora-runs reports/bbc --out reports/calibration

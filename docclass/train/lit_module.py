@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Mapping
@@ -11,6 +12,7 @@ from typing import Any, Literal
 import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities import rank_zero_info
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from docclass.artifacts.checkpoint import ARTIFACT_KEY, FORMAT_VERSION
@@ -39,6 +41,11 @@ def _check_training_settings(settings: Mapping[str, Any]) -> None:
         raise ConfigError(f"model.warmup_fraction must be in [0, 1), got {warmup_fraction}")
     if not 0 <= label_smoothing < 1:
         raise ConfigError(f"model.label_smoothing must be in [0, 1), got {label_smoothing}")
+    if settings["cpu_train_precision"] not in ("32", "bf16", "auto"):
+        raise ConfigError(
+            "model.cpu_train_precision must be 32, bf16 or auto, got "
+            f"{settings['cpu_train_precision']!r}"
+        )
     if cache and not frozen_encoder:
         raise ConfigError(
             "model.cache_encoder_states needs model.encoder and model.freeze_encoder: true or "
@@ -52,6 +59,14 @@ def _check_training_settings(settings: Mapping[str, Any]) -> None:
             "model.word_dropout with model.cache_encoder_states: the cached states saw every "
             "word; set model.word_dropout: 0 or model.cache_encoder_states: false"
         )
+
+
+def native_cpu_bf16() -> bool:
+    """Whether this CPU computes bf16 dot products in hardware (AVX512-BF16 or AMX). Without
+    them bf16 is emulated, and slower than float32 (torch exposes the probes privately: a
+    torch without them counts as no)."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
 
 
 def _stage_metrics(num_classes: int) -> torch.nn.ModuleDict:
@@ -227,6 +242,12 @@ class DocClassifierModule(pl.LightningModule):
             and train the pool and read-out on them every epoch (the CPU path: an epoch then
             costs almost nothing after the first); with ``freeze_blocks``, the states the
             frozen blocks give, and every epoch runs the blocks above them.
+        cpu_train_precision: on a CPU, "bf16" runs training steps (the cached states of the
+            training split included) under bf16 autocast; "auto" does so where the CPU has
+            native bf16 dot products (AVX512-BF16 or AMX), else runs them in float32 as "32"
+            does: elsewhere bf16 is emulated and slower. Validation, test and everything after
+            ``fit`` run in float32 whatever it is, so every figure is the float32 model's, the
+            one ``classify`` runs. On a GPU, ``trainer.precision`` sets the precision instead.
     """
 
     def __init__(
@@ -259,6 +280,7 @@ class DocClassifierModule(pl.LightningModule):
         freeze_encoder: bool = False,
         cache_encoder_states: bool = False,
         freeze_blocks: int = 0,
+        cpu_train_precision: Literal["32", "bf16", "auto"] = "32",
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -336,6 +358,16 @@ class DocClassifierModule(pl.LightningModule):
             self._hold_frozen_in_eval()
         return self
 
+    def on_fit_start(self) -> None:
+        if self.device.type == "cpu" and self.hparams.cpu_train_precision != "32":
+            precision = "bf16 autocast" if self._bf16_on_cpu else "float32 (no native bf16 here)"
+            rank_zero_info(f"model.cpu_train_precision: training steps in {precision}")
+
+    @functools.cached_property
+    def _bf16_on_cpu(self) -> bool:
+        setting = self.hparams.cpu_train_precision
+        return setting == "bf16" or (setting == "auto" and native_cpu_bf16())
+
     def on_train_batch_start(self, batch: dict, batch_idx: int) -> None:
         # Lightning does not call train() on the module: it restores each submodule's own
         # flag after validation, and other code (the snapshots, the cache) sets the inner
@@ -401,7 +433,9 @@ class DocClassifierModule(pl.LightningModule):
         return loss, logits
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss, _ = self._shared_step(batch, self.loss_weights)
+        bf16 = self.device.type == "cpu" and self._bf16_on_cpu
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss, _ = self._shared_step(batch, self.loss_weights)
         batch_size = len(batch["labels"])
         self.log(
             "train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=batch_size

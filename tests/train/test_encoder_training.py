@@ -248,6 +248,58 @@ def test_cached_lower_block_states_train_the_top_block_as_the_whole_model_would(
     assert calls["lowest"] == lowest and calls["top"] > top  # a later epoch: the top only
 
 
+@pytest.mark.parametrize(
+    ("setting", "native", "trained_in"),
+    [
+        ("bf16", False, torch.bfloat16),
+        ("auto", True, torch.bfloat16),
+        ("auto", False, torch.float32),
+        ("32", True, torch.float32),
+    ],
+)
+def test_bf16_training_steps_on_a_cpu_leave_evaluation_in_float32(
+    setting, native, trained_in, monkeypatch
+):
+    """model.cpu_train_precision: a training step (the training split's cached states
+    included) runs in bf16 where asked, or where "auto" finds native bf16; validation always
+    runs in float32, with the whole float32 model's logits, so its figures are those of the
+    model classify runs."""
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    module = DocClassifierModule(
+        vocab_size=MINILM_VOCAB, num_classes=3, encoder="minilm", freeze_blocks=5,
+        window_tokens=16, cache_encoder_states=True, cpu_train_precision=setting,
+    ).train()  # fmt: skip
+    rows = [list(range(2000, 2040)), [3000, 3001], list(range(4000, 4023))]
+    loss = module.training_step(_batch(rows, [0, 1, 2]), 0)
+    loss.backward()
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    # The cached states stay float32 tensors (the residual sums promote); bf16 shows in
+    # their rounding: a float32 pass of the held blocks gives them to 1e-5 only without it.
+    batch = _batch(rows, [0, 1, 2])
+    with torch.no_grad():
+        exact = module.model.lower_block_states(batch["input_ids"], batch["attention_mask"], 5)
+    for row, tokens in enumerate(rows):
+        cached = module.encoder_cache.states[("train", row)][1]
+        near = torch.allclose(cached, exact[row, : len(tokens)], atol=1e-5, rtol=1e-5)
+        assert near == (trained_in == torch.float32), row
+    top = module.model.blocks[5].ffn[0].weight
+    assert top.dtype == torch.float32 and top.grad.abs().sum() > 0
+    module.eval()
+    evaluated = module._evaluate(batch, "val")
+    torch.testing.assert_close(
+        module.encoder_cache.states[("val", 0)][1], exact[0], atol=1e-5, rtol=1e-5
+    )
+    with torch.no_grad():
+        whole = module.model(batch["input_ids"], batch["attention_mask"]).logits
+    torch.testing.assert_close(evaluated["probs"], whole.softmax(-1), atol=1e-6, rtol=1e-5)
+
+
+def test_an_unknown_cpu_train_precision_is_refused():
+    with pytest.raises(ConfigError, match="cpu_train_precision must be 32, bf16 or auto"):
+        DocClassifierModule(num_classes=3, cpu_train_precision="fp16")
+
+
 def test_held_blocks_stay_in_eval_mode_while_the_rest_trains():
     module = DocClassifierModule(
         vocab_size=MINILM_VOCAB, num_classes=3, encoder="minilm", freeze_blocks=5
