@@ -8,7 +8,9 @@ blocks give are cached, and every epoch runs only the blocks above them (BBC's w
 MiniLM with its lowest five blocks frozen: an epoch took about a sixth of its cost, since the
 five blocks ran forward once and never backward). States are kept per split and row (the
 batch's ``index``) on the CPU, in the precision they were computed in, so training sees exactly
-what inference will: BBC's 2,225 documents at 128 tokens and width 384 take about 440 MB in
+what inference will (with ``model.cpu_train_precision: bf16`` the training split's states carry
+bf16's rounding, a median 0.45 % of a state's length on BBC; validation's and test's stay
+float32, exact): BBC's 2,225 documents at 128 tokens and width 384 take about 440 MB in
 float32, whole (about 1.07 million tokens) about 1.6 GB.
 """
 
