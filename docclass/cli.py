@@ -85,7 +85,6 @@ def __getattr__(name: str) -> Any:
 @functools.cache
 def doc_class_cli() -> type:
     from docclass.artifacts.load import TrainedClassifier
-    from docclass.inference.calibration import calibrate, summary_line, write_calibration
     from docclass.inference.reporting import documents_from_datamodule, make_report
     from docclass.report.figures import write_run_figures
     from docclass.train.lightning_cli import TrainingCLI
@@ -129,20 +128,38 @@ def doc_class_cli() -> type:
             print(f"report: {summary['documents']} documents → {summary['index']}")
 
         def _calibrate(self, classifier, run_dir: Path, device: str) -> None:
-            """The tested weights' temperature, fitted on the validation split."""
-            splits = getattr(self.datamodule, "splits", None) or {}
-            if not (splits.get("val") and splits.get("test")):
-                print("calibration: no validation or test split held in memory; skipped")
-                return
-            facts = calibrate(
-                classifier,
-                documents_from_datamodule(self.datamodule, "val"),
-                documents_from_datamodule(self.datamodule, "test"),
-                device,
-            )
-            print(f"calibration: {summary_line(facts)} → {write_calibration(run_dir, facts)}")
+            calibrate_after_fit(self.model, self.datamodule, classifier, run_dir, device)
 
     return DocClassCLI
+
+
+def calibrate_after_fit(module, datamodule, classifier, run_dir: Path, device: str) -> None:
+    """The tested weights' temperature, fitted on the validation split."""
+    from docclass.inference.calibration import calibrate, summary_line, write_calibration
+    from docclass.inference.reporting import documents_from_datamodule
+
+    splits = getattr(datamodule, "splits", None) or {}
+    if not (splits.get("val") and splits.get("test")):
+        print("calibration: no validation or test split held in memory; skipped")
+        return
+    # With held blocks cached, validation and testing have already run them over both splits
+    # in float32: only the blocks above run again.
+    cache = getattr(module, "encoder_cache", None)
+    logits_of = cache.logits_function() if cache is not None else None
+    facts = calibrate(
+        classifier,
+        documents_from_datamodule(datamodule, "val"),
+        documents_from_datamodule(datamodule, "test"),
+        device,
+        logits_of=logits_of,
+    )
+    if logits_of is not None:
+        read = logits_of.from_cache + logits_of.whole
+        print(
+            f"calibration: {logits_of.from_cache} of {read} documents read from the held "
+            "blocks' cached states"
+        )
+    print(f"calibration: {summary_line(facts)} → {write_calibration(run_dir, facts)}")
 
 
 def command_parser(name: str) -> ArgumentParser:

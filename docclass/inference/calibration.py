@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,21 +35,31 @@ from docclass.errors import CheckpointError, DataError
 from docclass.files import write_atomically
 from docclass.inference.model_facts import CALIBRATION_FILE, read_json, run_dir_of
 from docclass.inference.reporting import CONFIG_SUFFIXES, Documents, documents_from_datamodule
-from docclass.interpret.inputs import encode_documents, float32_model, forward_batches
+from docclass.interpret.inputs import batched, encode_documents, float32_model
+from docclass.nn.model import DocumentClassifier
 from docclass.train.lightning_cli import datamodule_from_config
 
 log = logging.getLogger(__name__)
+
+# (model, input_ids, attention_mask) -> logits: another way to a batch's logits, the same values.
+LogitsFunction = Callable[[DocumentClassifier, torch.Tensor, torch.Tensor], torch.Tensor]
 
 # The precisions at which bulk users ask how many documents can be labelled unread.
 PRECISION_TARGETS = (0.95, 0.99)
 
 
 def labelled_logits(
-    classifier: TrainedClassifier, documents: Documents, device: str = "cpu", batch_size: int = 64
+    classifier: TrainedClassifier,
+    documents: Documents,
+    device: str = "cpu",
+    batch_size: int = 64,
+    logits_of: LogitsFunction | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(logits [N, C], label indices [N])`` of the documents with a label and a token.
 
-    A label the model does not know is an error, never mapped to another class."""
+    A label the model does not know is an error, never mapped to another class. ``logits_of``
+    gives a batch's logits another way than the whole model's forward pass (fit's held
+    blocks' cached states); it must give the same values."""
     known = {name: i for i, name in enumerate(classifier.label_names)}
     unknown = sorted({label for label in documents.labels if label and label not in known})
     if unknown:
@@ -62,10 +73,16 @@ def labelled_logits(
     model = float32_model(classifier.model.to(device).eval())
     encoded = encode_documents(classifier.tokenizer, documents.texts, classifier.max_tokens)
     rows: dict[int, torch.Tensor] = {}
-    for indices, out in forward_batches(model, encoded, batch_size, device):
-        batch = out.logits.float().cpu()
-        for row, i in enumerate(indices):
-            rows[i] = batch[row]
+    token_rows = [document.token_ids for document in encoded]
+    pad_id = model.config.pad_id
+    with torch.inference_mode():
+        for indices, input_ids, mask in batched(token_rows, batch_size, pad_id, device):
+            if logits_of is None:
+                batch = model(input_ids, mask).logits.float().cpu()
+            else:
+                batch = logits_of(model, input_ids, mask).float().cpu()
+            for row, i in enumerate(indices):
+                rows[i] = batch[row]
     labelled = [i for i in sorted(rows) if documents.labels[i]]
     if not labelled:
         return torch.zeros(0, len(known)), torch.zeros(0, dtype=torch.long)
@@ -117,13 +134,15 @@ def calibrate(
     validation: Documents,
     test: Documents | None = None,
     device: str = "cpu",
+    logits_of: LogitsFunction | None = None,
 ) -> dict[str, Any]:
     """The temperature fitted on ``validation`` and the scores before and after it on both
-    splits (with each split's reliability bins), for the weights they name.
+    splits (with each split's reliability bins), for the weights they name (``logits_of``:
+    as :func:`labelled_logits`).
 
     Where no temperature fits (a validation split the model gets entirely right), the
     temperature is 1, the raw probabilities, and ``fit`` says why."""
-    logits, labels = labelled_logits(classifier, validation, device)
+    logits, labels = labelled_logits(classifier, validation, device, logits_of=logits_of)
     if not len(labels):
         raise DataError(f"{validation.description}: no labelled document to fit a temperature on")
     fitted = fit_temperature(logits, labels)
@@ -144,7 +163,7 @@ def calibrate(
         log.warning("%s: %s", validation.description, facts["fit"])
     scored = None
     if test is not None:
-        scored = labelled_logits(classifier, test, device)
+        scored = labelled_logits(classifier, test, device, logits_of=logits_of)
         if len(scored[1]):
             facts["test"] = _before_and_after(*scored, temperature)
             facts["test"]["split"] = test.description

@@ -2,6 +2,7 @@
 test, every word-score method, faithfulness, the report) on a tiny slice of BBC."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -295,6 +296,42 @@ def test_bf16_training_steps_on_a_cpu_leave_evaluation_in_float32(
     torch.testing.assert_close(evaluated["probs"], whole.softmax(-1), atol=1e-6, rtol=1e-5)
 
 
+def test_cached_logits_read_exact_states_only_and_equal_the_whole_model():
+    """The after-fit calibration's logits: documents whose held-block states validation
+    computed in float32 run only the top block, with the whole model's logits; a batch with a
+    document never cached, or cached from a bf16 training step, runs the whole model."""
+    module = DocClassifierModule(
+        vocab_size=MINILM_VOCAB, num_classes=3, encoder="minilm", freeze_blocks=5,
+        window_tokens=16, cache_encoder_states=True, cpu_train_precision="bf16",
+    )  # fmt: skip
+    module._hold_frozen_in_eval()
+    validation = [list(range(2000, 2040)), [3000, 3001], list(range(4000, 4023))]
+    trained = [list(range(5000, 5030))]
+    module.training_step(_batch(trained, [0]), 0)
+    module.eval()
+    module._evaluate(_batch(validation, [0, 1, 2]), "val")
+    logits_of = module.encoder_cache.logits_function()
+    lowest = []
+    module.model.blocks[0].register_forward_hook(lambda *a: lowest.append(1))
+    model = module.model
+    # Another batching than validation's: two of its documents, the other order.
+    batch = _batch([validation[2], validation[0]], [0, 0])
+    with torch.no_grad():
+        cached = logits_of(model, batch["input_ids"], batch["attention_mask"])
+        assert not lowest
+        whole = model(batch["input_ids"], batch["attention_mask"]).logits
+    torch.testing.assert_close(cached, whole, atol=1e-5, rtol=1e-5)
+    for rows in ([validation[1], [7000, 7001, 7002]], trained):
+        lowest.clear()
+        other = _batch(rows, [0] * len(rows))
+        with torch.no_grad():
+            got = logits_of(model, other["input_ids"], other["attention_mask"])
+            whole = model(other["input_ids"], other["attention_mask"]).logits
+        assert lowest  # the whole model ran
+        torch.testing.assert_close(got, whole)
+    assert (logits_of.from_cache, logits_of.whole) == (2, 3)
+
+
 def test_an_unknown_cpu_train_precision_is_refused():
     with pytest.raises(ConfigError, match="cpu_train_precision must be 32, bf16 or auto"):
         DocClassifierModule(num_classes=3, cpu_train_precision="fp16")
@@ -415,7 +452,7 @@ def test_impossible_frozen_blocks_are_refused(settings, message, monkeypatch):
         DocClassifierModule(**{"vocab_size": MINILM_VOCAB, "num_classes": 3, **settings})
 
 
-def test_the_demo_config_fine_tunes_only_its_top_block_end_to_end(tmp_path):
+def test_the_demo_config_fine_tunes_only_its_top_block_end_to_end(tmp_path, capsys):
     """make demo's config on a tiny slice (windows of 16 tokens, documents cut at 48): the run
     trains, tests, calibrates and reports, and its weights are MiniLM's own, bit for bit, in
     the embeddings and the lowest five blocks, and trained in the top block."""
@@ -436,5 +473,11 @@ def test_the_demo_config_fine_tunes_only_its_top_block_end_to_end(tmp_path):
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["config"]["model"]["freeze_blocks"] == 5 and metrics["test"]["n_documents"]
     assert "temperature" in metrics["calibration"]
+    # Calibration read both splits from the states validation and testing cached: the data's
+    # token ids and the report's are the same.
+    read = re.search(
+        r"calibration: (\d+) of (\d+) documents read from the held", capsys.readouterr().out
+    )
+    assert read and read[1] == read[2] and int(read[1]) > metrics["test"]["n_documents"]
     records = read_jsonl(tmp_path / "report" / "explanations.jsonl.gz")
     assert len(records) == 4 and all(r["tokens_read"] == 48 for r in records)
