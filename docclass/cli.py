@@ -145,7 +145,7 @@ def calibrate_after_fit(module, datamodule, classifier, run_dir: Path, device: s
     # With held blocks cached, validation and testing have already run them over both splits
     # in float32: only the blocks above run again.
     cache = getattr(module, "encoder_cache", None)
-    logits_of = cache.logits_function() if cache is not None else None
+    logits_of = cache.logits_function(module.model) if cache is not None else None
     facts = calibrate(
         classifier,
         documents_from_datamodule(datamodule, "val"),

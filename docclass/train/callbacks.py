@@ -339,6 +339,8 @@ class RunReport(pl.Callback):
             ),
             "data": dict(getattr(datamodule, "stats", {})),
             "config": self.run_config,
+            # model.cpu_train_precision's "auto" resolved on this machine: "bf16", "32" or None.
+            "cpu_train_precision_used": getattr(pl_module, "cpu_train_precision_used", None),
             "machine": machine_summary(),
         }
         metric_log = self._metric_log(trainer)

@@ -91,10 +91,17 @@ class EncoderStateCache:
             states[i, : lengths[i]] = state
         return states.to(batch["input_ids"].device)
 
-    def logits_function(self) -> CachedLogits:
-        """The logits of documents found here by their token ids (:class:`CachedLogits`)."""
-        found = {tuple(self.states[key][0].tolist()): self.states[key][1] for key in self.exact}
-        return CachedLogits(found, self.blocks)
+    def logits_function(
+        self, model: DocumentClassifier, splits: tuple[str, ...] = ("val", "test")
+    ) -> CachedLogits:
+        """The logits of documents of ``splits`` found here by their token ids, for ``model``,
+        the one whose held blocks computed the states (:class:`CachedLogits`)."""
+        found = {
+            tuple(self.states[key][0].tolist()): self.states[key][1]
+            for key in self.exact
+            if key[0] in splits
+        }
+        return CachedLogits(found, self.blocks, model)
 
     def _compute(
         self, model: DocumentClassifier, documents: list[torch.Tensor], device
@@ -122,7 +129,8 @@ class CachedLogits:
     """``(model, input_ids [B,T], attention_mask [B,T]) -> logits [B,C]`` in eval mode, for
     documents found by their token ids, not their rows: a batch whose documents all have exact
     states in the cache (float32, no autocast) runs only the blocks above them, any other
-    batch the whole model.
+    batch, or any other model than the one whose held blocks computed the states (a float32
+    copy of bf16 weights, say), the whole model.
 
     The after-fit calibration reads validation and test this way, whose states validation and
     testing computed with the same held weights: BBC's two splits through MiniLM's five held
@@ -134,8 +142,13 @@ class CachedLogits:
         whole: documents the whole model read.
     """
 
-    def __init__(self, found: dict[tuple[int, ...], torch.Tensor], blocks: int | None) -> None:
-        self.found, self.blocks = found, blocks
+    def __init__(
+        self,
+        found: dict[tuple[int, ...], torch.Tensor],
+        blocks: int | None,
+        model: DocumentClassifier,
+    ) -> None:
+        self.found, self.blocks, self.model = found, blocks, model
         self.from_cache = self.whole = 0
 
     def __call__(
@@ -143,7 +156,7 @@ class CachedLogits:
     ) -> torch.Tensor:
         lengths = mask.sum(dim=1).tolist()
         rows = [tuple(input_ids[i, :n].tolist()) for i, n in enumerate(lengths)]
-        if not all(row in self.found for row in rows):
+        if model is not self.model or not all(row in self.found for row in rows):
             self.whole += len(rows)
             return model(input_ids, mask).logits
         self.from_cache += len(rows)

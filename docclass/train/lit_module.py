@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import math
@@ -41,7 +42,8 @@ def _check_training_settings(settings: Mapping[str, Any]) -> None:
         raise ConfigError(f"model.warmup_fraction must be in [0, 1), got {warmup_fraction}")
     if not 0 <= label_smoothing < 1:
         raise ConfigError(f"model.label_smoothing must be in [0, 1), got {label_smoothing}")
-    if settings["cpu_train_precision"] not in ("32", "bf16", "auto"):
+    # 32 as YAML writes it (an integer) or as a string, like Lightning's own precision.
+    if str(settings["cpu_train_precision"]) not in ("32", "bf16", "auto"):
         raise ConfigError(
             "model.cpu_train_precision must be 32, bf16 or auto, got "
             f"{settings['cpu_train_precision']!r}"
@@ -244,10 +246,11 @@ class DocClassifierModule(pl.LightningModule):
             frozen blocks give, and every epoch runs the blocks above them.
         cpu_train_precision: on a CPU, "bf16" runs training steps (the cached states of the
             training split included) under bf16 autocast; "auto" does so where the CPU has
-            native bf16 dot products (AVX512-BF16 or AMX), else runs them in float32 as "32"
-            does: elsewhere bf16 is emulated and slower. Validation, test and everything after
-            ``fit`` run in float32 whatever it is, so every figure is the float32 model's, the
-            one ``classify`` runs. On a GPU, ``trainer.precision`` sets the precision instead.
+            native bf16 dot products (AVX512-BF16 or AMX), else leaves them as "32" does, as
+            ``trainer.precision`` makes them: elsewhere bf16 is emulated and slower.
+            Validation and test run as ``trainer.precision`` says (float32 by default: every
+            figure is then the float32 model's, the one ``classify`` runs); calibration and
+            the report always run in float32. No effect on a GPU.
     """
 
     def __init__(
@@ -280,7 +283,7 @@ class DocClassifierModule(pl.LightningModule):
         freeze_encoder: bool = False,
         cache_encoder_states: bool = False,
         freeze_blocks: int = 0,
-        cpu_train_precision: Literal["32", "bf16", "auto"] = "32",
+        cpu_train_precision: Literal[32, "32", "bf16", "auto"] = "32",
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -359,13 +362,22 @@ class DocClassifierModule(pl.LightningModule):
         return self
 
     def on_fit_start(self) -> None:
-        if self.device.type == "cpu" and self.hparams.cpu_train_precision != "32":
-            precision = "bf16 autocast" if self._bf16_on_cpu else "float32 (no native bf16 here)"
+        if self.device.type == "cpu" and str(self.hparams.cpu_train_precision) != "32":
+            used = self.cpu_train_precision_used
+            precision = "bf16 autocast" if used == "bf16" else "float32 (no native bf16 here)"
             rank_zero_info(f"model.cpu_train_precision: training steps in {precision}")
 
+    @property
+    def cpu_train_precision_used(self) -> str | None:
+        """What ``cpu_train_precision`` made of the training steps here: "bf16" or "32" on a
+        CPU ("auto" resolved; metrics.json keeps it), None on another device."""
+        if self.device.type != "cpu":
+            return None
+        return "bf16" if self._bf16_asked else "32"
+
     @functools.cached_property
-    def _bf16_on_cpu(self) -> bool:
-        setting = self.hparams.cpu_train_precision
+    def _bf16_asked(self) -> bool:
+        setting = str(self.hparams.cpu_train_precision)
         return setting == "bf16" or (setting == "auto" and native_cpu_bf16())
 
     def on_train_batch_start(self, batch: dict, batch_idx: int) -> None:
@@ -433,8 +445,10 @@ class DocClassifierModule(pl.LightningModule):
         return loss, logits
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        bf16 = self.device.type == "cpu" and self._bf16_on_cpu
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        # Entered only for bf16: an autocast entered disabled would switch off the one
+        # Lightning's bf16-mixed opened around this step.
+        bf16 = self.cpu_train_precision_used == "bf16"
+        with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
             loss, _ = self._shared_step(batch, self.loss_weights)
         batch_size = len(batch["labels"])
         self.log(

@@ -1,6 +1,7 @@
 """Training from the pre-trained MiniLM: its own learning rate, freezing, and a whole run (fit,
 test, every word-score method, faithfulness, the report) on a tiny slice of BBC."""
 
+import copy as copy_module
 import json
 import re
 
@@ -14,7 +15,7 @@ from docclass.cli import main
 from docclass.errors import ConfigError
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.records import read_jsonl
-from docclass.train.lit_module import DocClassifierModule
+from docclass.train.lit_module import DocClassifierModule, native_cpu_bf16
 
 MINILM_VOCAB = 30522
 
@@ -296,13 +297,15 @@ def test_bf16_training_steps_on_a_cpu_leave_evaluation_in_float32(
     torch.testing.assert_close(evaluated["probs"], whole.softmax(-1), atol=1e-6, rtol=1e-5)
 
 
-def test_cached_logits_read_exact_states_only_and_equal_the_whole_model():
+@pytest.mark.parametrize("precision", ["32", "bf16"])
+def test_cached_logits_read_exact_states_only_and_equal_the_whole_model(precision):
     """The after-fit calibration's logits: documents whose held-block states validation
     computed in float32 run only the top block, with the whole model's logits; a batch with a
-    document never cached, or cached from a bf16 training step, runs the whole model."""
+    document never cached, or cached by a training step (bf16 or not: only validation's and
+    test's are read), or asked of another model, runs the whole model."""
     module = DocClassifierModule(
         vocab_size=MINILM_VOCAB, num_classes=3, encoder="minilm", freeze_blocks=5,
-        window_tokens=16, cache_encoder_states=True, cpu_train_precision="bf16",
+        window_tokens=16, cache_encoder_states=True, cpu_train_precision=precision,
     )  # fmt: skip
     module._hold_frozen_in_eval()
     validation = [list(range(2000, 2040)), [3000, 3001], list(range(4000, 4023))]
@@ -310,10 +313,11 @@ def test_cached_logits_read_exact_states_only_and_equal_the_whole_model():
     module.training_step(_batch(trained, [0]), 0)
     module.eval()
     module._evaluate(_batch(validation, [0, 1, 2]), "val")
-    logits_of = module.encoder_cache.logits_function()
-    lowest = []
-    module.model.blocks[0].register_forward_hook(lambda *a: lowest.append(1))
+    assert (("train", 0) in module.encoder_cache.exact) == (precision == "32")
     model = module.model
+    logits_of = module.encoder_cache.logits_function(model)
+    lowest = []
+    model.blocks[0].register_forward_hook(lambda *a: lowest.append(1))
     # Another batching than validation's: two of its documents, the other order.
     batch = _batch([validation[2], validation[0]], [0, 0])
     with torch.no_grad():
@@ -321,15 +325,47 @@ def test_cached_logits_read_exact_states_only_and_equal_the_whole_model():
         assert not lowest
         whole = model(batch["input_ids"], batch["attention_mask"]).logits
     torch.testing.assert_close(cached, whole, atol=1e-5, rtol=1e-5)
-    for rows in ([validation[1], [7000, 7001, 7002]], trained):
+    copy = copy_module.deepcopy(model)
+    copy.blocks[0].register_forward_hook(lambda *a: lowest.append(1))
+    for rows, reader in (
+        ([validation[1], [7000, 7001, 7002]], model),
+        (trained, model),
+        ([validation[1]], copy),
+    ):
         lowest.clear()
         other = _batch(rows, [0] * len(rows))
         with torch.no_grad():
-            got = logits_of(model, other["input_ids"], other["attention_mask"])
-            whole = model(other["input_ids"], other["attention_mask"]).logits
+            got = logits_of(reader, other["input_ids"], other["attention_mask"])
+            whole = reader(other["input_ids"], other["attention_mask"]).logits
         assert lowest  # the whole model ran
         torch.testing.assert_close(got, whole)
-    assert (logits_of.from_cache, logits_of.whole) == (2, 3)
+    assert (logits_of.from_cache, logits_of.whole) == (2, 4)
+
+
+def test_the_default_leaves_lightnings_bf16_autocast_on():
+    """With cpu_train_precision 32, a training step inside the autocast Lightning's bf16-mixed
+    opens still runs in bf16; validation there is marked inexact, so calibration never reads
+    its bf16 states as the float32 model's."""
+    module = DocClassifierModule(
+        vocab_size=MINILM_VOCAB, num_classes=3, encoder="minilm", freeze_blocks=5,
+        window_tokens=16, cache_encoder_states=True,
+    ).train()  # fmt: skip
+    rows = [list(range(2000, 2040)), [3000, 3001]]
+    batch = _batch(rows, [0, 1])
+    with torch.no_grad():
+        exact = module.model.lower_block_states(batch["input_ids"], batch["attention_mask"], 5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        module.training_step(batch, 0)
+        module._evaluate(_batch(rows, [0, 1]), "val")
+    cached = module.encoder_cache.states[("train", 0)][1]
+    assert not torch.allclose(cached, exact[0, : len(rows[0])], atol=1e-5, rtol=1e-5)
+    assert not module.encoder_cache.exact
+
+
+@pytest.mark.parametrize("setting", [32, "32"])
+def test_32_is_taken_as_yaml_writes_it(setting):
+    module = DocClassifierModule(num_classes=3, cpu_train_precision=setting)
+    assert module.cpu_train_precision_used == "32"
 
 
 def test_an_unknown_cpu_train_precision_is_refused():
@@ -473,6 +509,8 @@ def test_the_demo_config_fine_tunes_only_its_top_block_end_to_end(tmp_path, caps
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["config"]["model"]["freeze_blocks"] == 5 and metrics["test"]["n_documents"]
     assert "temperature" in metrics["calibration"]
+    native = native_cpu_bf16()
+    assert metrics["cpu_train_precision_used"] == ("bf16" if native else "32")
     # Calibration read both splits from the states validation and testing cached: the data's
     # token ids and the report's are the same.
     read = re.search(
