@@ -339,8 +339,9 @@ class RunReport(pl.Callback):
             ),
             "data": dict(getattr(datamodule, "stats", {})),
             "config": self.run_config,
-            # model.cpu_train_precision's "auto" resolved on this machine: "bf16", "32" or None.
-            "cpu_train_precision_used": getattr(pl_module, "cpu_train_precision_used", None),
+            # What this process's training steps computed in ("bfloat16 autocast", "float32"),
+            # model.cpu_train_precision's "auto" and trainer.precision alike; None: no fit here.
+            "training_steps_precision": getattr(pl_module, "training_steps_precision", None),
             "machine": machine_summary(),
         }
         metric_log = self._metric_log(trainer)

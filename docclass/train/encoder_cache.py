@@ -66,8 +66,12 @@ class EncoderStateCache:
         if missing:
             computed = self._compute(model, [ids[i] for i in missing], batch["input_ids"].device)
             device_type = batch["input_ids"].device.type
+            # Float32 as the model itself computes it: no autocast, float32 states, and on a GPU
+            # no TF32 matrix products.
             exact = (
-                not torch.is_autocast_enabled(device_type) and computed[0].dtype == torch.float32
+                not torch.is_autocast_enabled(device_type)
+                and computed[0].dtype == torch.float32
+                and (device_type != "cuda" or torch.get_float32_matmul_precision() == "highest")
             )
             for i, state in zip(missing, computed, strict=True):
                 # A copy: on the CPU the slice is a view, which would keep the whole padded
@@ -134,8 +138,8 @@ class CachedLogits:
 
     The after-fit calibration reads validation and test this way, whose states validation and
     testing computed with the same held weights: BBC's two splits through MiniLM's five held
-    blocks took about 30 s on 2 CPU cores. The logits equal the whole model's up to padding's
-    rounding (about 1e-7).
+    blocks took 36 s on 2 CPU cores, from the cache 7 s (``reports/demo-fresh-clone.json``).
+    The logits equal the whole model's up to padding's rounding (about 1e-7).
 
     Attributes:
         from_cache: documents whose logits came from cached states so far.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import math
 from collections.abc import Mapping
@@ -64,9 +63,9 @@ def _check_training_settings(settings: Mapping[str, Any]) -> None:
 
 
 def native_cpu_bf16() -> bool:
-    """Whether this CPU computes bf16 dot products in hardware (AVX512-BF16 or AMX). Without
-    them bf16 is emulated, and slower than float32 (torch exposes the probes privately: a
-    torch without them counts as no)."""
+    """Whether this CPU computes bf16 dot products in hardware (x86's AVX512-BF16 or AMX).
+    Without them bf16 is emulated, and slower than float32 (torch exposes the probes privately:
+    a torch without them, or another architecture, counts as no)."""
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
 
@@ -283,7 +282,9 @@ class DocClassifierModule(pl.LightningModule):
         freeze_encoder: bool = False,
         cache_encoder_states: bool = False,
         freeze_blocks: int = 0,
-        cpu_train_precision: Literal[32, "32", "bf16", "auto"] = "32",
+        # The integer too, as YAML writes 32; in a Literal of its own, so that a typo's error
+        # names the choices.
+        cpu_train_precision: Literal["32", "bf16", "auto"] | Literal[32] = "32",
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -297,6 +298,7 @@ class DocClassifierModule(pl.LightningModule):
         # Per-class loss weights, computed from the training split in setup(); not saved (a
         # resumed run computes the same ones from the same split).
         self.register_buffer("loss_weights", None, persistent=False)
+        self.training_steps_precision: str | None = None
         # Filled from the DataModule in setup(), written into every checkpoint.
         self.tokenizer_json: str | None = None
         self.label_names: list[str] = []
@@ -363,22 +365,35 @@ class DocClassifierModule(pl.LightningModule):
 
     def on_fit_start(self) -> None:
         if self.device.type == "cpu" and str(self.hparams.cpu_train_precision) != "32":
-            used = self.cpu_train_precision_used
-            precision = "bf16 autocast" if used == "bf16" else "float32 (no native bf16 here)"
-            rank_zero_info(f"model.cpu_train_precision: training steps in {precision}")
+            bf16 = self.cpu_train_precision_used == "bf16"
+            precision = (
+                "bf16 autocast" if bf16 else "as trainer.precision says (no native bf16 here)"
+            )
+            rank_zero_info(f"model.cpu_train_precision: training steps {precision}")
 
     @property
     def cpu_train_precision_used(self) -> str | None:
-        """What ``cpu_train_precision`` made of the training steps here: "bf16" or "32" on a
-        CPU ("auto" resolved; metrics.json keeps it), None on another device."""
+        """What ``cpu_train_precision`` resolves to here: "bf16" or "32" on a CPU ("auto"
+        resolved), None on another device. What the steps really ran in, Lightning's own
+        precision included, is :attr:`training_steps_precision`."""
         if self.device.type != "cpu":
             return None
-        return "bf16" if self._bf16_asked else "32"
-
-    @functools.cached_property
-    def _bf16_asked(self) -> bool:
         setting = str(self.hparams.cpu_train_precision)
-        return setting == "bf16" or (setting == "auto" and native_cpu_bf16())
+        return "bf16" if setting == "bf16" or (setting == "auto" and native_cpu_bf16()) else "32"
+
+    def _note_step_precision(self) -> None:
+        """Record, at the first training step, the precision it computes in: an autocast's
+        dtype ("bfloat16 autocast"), else the trained weights' ("float32"). metrics.json keeps
+        it; None until a step has run in this process."""
+        if self.training_steps_precision is not None:
+            return
+        device = self.device.type
+        if torch.is_autocast_enabled(device):
+            dtype = torch.get_autocast_dtype(device)
+            self.training_steps_precision = f"{str(dtype).removeprefix('torch.')} autocast"
+        else:
+            dtype = next(p.dtype for p in self.parameters() if p.requires_grad)
+            self.training_steps_precision = str(dtype).removeprefix("torch.")
 
     def on_train_batch_start(self, batch: dict, batch_idx: int) -> None:
         # Lightning does not call train() on the module: it restores each submodule's own
@@ -449,6 +464,7 @@ class DocClassifierModule(pl.LightningModule):
         # Lightning's bf16-mixed opened around this step.
         bf16 = self.cpu_train_precision_used == "bf16"
         with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+            self._note_step_precision()
             loss, _ = self._shared_step(batch, self.loss_weights)
         batch_size = len(batch["labels"])
         self.log(

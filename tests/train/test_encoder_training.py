@@ -275,6 +275,8 @@ def test_bf16_training_steps_on_a_cpu_leave_evaluation_in_float32(
     rows = [list(range(2000, 2040)), [3000, 3001], list(range(4000, 4023))]
     loss = module.training_step(_batch(rows, [0, 1, 2]), 0)
     loss.backward()
+    bf16 = trained_in == torch.bfloat16
+    assert module.training_steps_precision == ("bfloat16 autocast" if bf16 else "float32")
     assert loss.dtype == torch.float32 and torch.isfinite(loss)
     # The cached states stay float32 tensors (the residual sums promote); bf16 shows in
     # their rounding: a float32 pass of the held blocks gives them to 1e-5 only without it.
@@ -360,12 +362,32 @@ def test_the_default_leaves_lightnings_bf16_autocast_on():
     cached = module.encoder_cache.states[("train", 0)][1]
     assert not torch.allclose(cached, exact[0, : len(rows[0])], atol=1e-5, rtol=1e-5)
     assert not module.encoder_cache.exact
+    assert module.training_steps_precision == "bfloat16 autocast"
 
 
 @pytest.mark.parametrize("setting", [32, "32"])
-def test_32_is_taken_as_yaml_writes_it(setting):
+def test_32_is_taken_as_yaml_writes_it(setting, tmp_path):
     module = DocClassifierModule(num_classes=3, cpu_train_precision=setting)
     assert module.cpu_train_precision_used == "32"
+    # Through the CLI's parser: YAML's 32 is an integer, the flag's a string.
+    from docclass.train.lightning_cli import training_cli
+
+    config = tmp_path / "precision.yaml"
+    config.write_text(f"model:\n  cpu_train_precision: {setting!r}\n".replace("'", ""))
+    tiny = str(CONFIGS / "tiny.yaml")
+    for extra in (["--config", str(config)], ["--model.cpu_train_precision", "32"]):
+        cli = training_cli(["--config", tiny, *extra, "--trainer.logger", "false"], run=False)
+        assert cli.model.cpu_train_precision_used == "32"
+
+
+def test_a_mistyped_cpu_train_precision_names_the_choices():
+    from docclass.train.lightning_cli import training_cli
+
+    with pytest.raises(Exception, match=r"Literal\['32', 'bf16', 'auto'\]"):
+        training_cli(
+            ["--config", str(CONFIGS / "tiny.yaml"), "--model.cpu_train_precision", "bf-16"],
+            run=False,
+        )
 
 
 def test_an_unknown_cpu_train_precision_is_refused():
@@ -510,7 +532,7 @@ def test_the_demo_config_fine_tunes_only_its_top_block_end_to_end(tmp_path, caps
     assert metrics["config"]["model"]["freeze_blocks"] == 5 and metrics["test"]["n_documents"]
     assert "temperature" in metrics["calibration"]
     native = native_cpu_bf16()
-    assert metrics["cpu_train_precision_used"] == ("bf16" if native else "32")
+    assert metrics["training_steps_precision"] == ("bfloat16 autocast" if native else "float32")
     # Calibration read both splits from the states validation and testing cached: the data's
     # token ids and the report's are the same.
     read = re.search(
