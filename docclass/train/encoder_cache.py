@@ -42,7 +42,8 @@ class EncoderStateCache:
         self.blocks = blocks
         # (split, row) -> (the document's token ids, its states [T,D] on the CPU)
         self.states: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor]] = {}
-        # The entries computed in float32 without autocast: the states the model itself gives.
+        # The entries computed in float32 without autocast (on a GPU, without TF32): the
+        # states the model itself gives.
         self.exact: set[tuple[str, int]] = set()
 
     def __len__(self) -> int:
@@ -132,7 +133,7 @@ class EncoderStateCache:
 class CachedLogits:
     """``(model, input_ids [B,T], attention_mask [B,T]) -> logits [B,C]`` in eval mode, for
     documents found by their token ids, not their rows: a batch whose documents all have exact
-    states in the cache (float32, no autocast) runs only the blocks above them, any other
+    states in the cache (float32, no autocast, no TF32) runs only the blocks above them, any other
     batch, or any other model than the one whose held blocks computed the states (a float32
     copy of bf16 weights, say), the whole model.
 

@@ -388,12 +388,15 @@ class DocClassifierModule(pl.LightningModule):
         if self.training_steps_precision is not None:
             return
         device = self.device.type
+        trained = [p.dtype for p in self.parameters() if p.requires_grad]
+        weights = str(trained[0] if trained else torch.get_default_dtype()).removeprefix("torch.")
         if torch.is_autocast_enabled(device):
-            dtype = torch.get_autocast_dtype(device)
-            self.training_steps_precision = f"{str(dtype).removeprefix('torch.')} autocast"
+            dtype = str(torch.get_autocast_dtype(device)).removeprefix("torch.")
+            # bf16-true weights under an autocast: pure bf16, no float32 master weights.
+            extra = "" if weights == "float32" else f", {weights} weights"
+            self.training_steps_precision = f"{dtype} autocast{extra}"
         else:
-            dtype = next(p.dtype for p in self.parameters() if p.requires_grad)
-            self.training_steps_precision = str(dtype).removeprefix("torch.")
+            self.training_steps_precision = weights
 
     def on_train_batch_start(self, batch: dict, batch_idx: int) -> None:
         # Lightning does not call train() on the module: it restores each submodule's own

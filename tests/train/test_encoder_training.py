@@ -373,10 +373,14 @@ def test_32_is_taken_as_yaml_writes_it(setting, tmp_path):
     from docclass.train.lightning_cli import training_cli
 
     config = tmp_path / "precision.yaml"
-    config.write_text(f"model:\n  cpu_train_precision: {setting!r}\n".replace("'", ""))
+    config.write_text(f"model:\n  cpu_train_precision: {setting!r}\n")  # 32 or '32'
     tiny = str(CONFIGS / "tiny.yaml")
-    for extra in (["--config", str(config)], ["--model.cpu_train_precision", "32"]):
+    for extra, given in (
+        (["--config", str(config)], setting),
+        (["--model.cpu_train_precision", "32"], "32"),
+    ):
         cli = training_cli(["--config", tiny, *extra, "--trainer.logger", "false"], run=False)
+        assert cli.model.hparams.cpu_train_precision == given
         assert cli.model.cpu_train_precision_used == "32"
 
 
