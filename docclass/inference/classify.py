@@ -19,6 +19,7 @@ unreadable file                ``error``: the operating system's reason
 missing path / empty glob      ``error``: no such file
 longer than the model reads    classified on its first ``max_tokens`` tokens, ``truncated: true``
 table row without its text     ``error`` naming the column and the columns present
+text or id column named twice  ``error`` naming it (a row read as a dict kept the last one)
 CSV row the strict parser      ``error`` naming the line it starts on; the lines it swallowed
 cannot read                    are read again one by one, as rows
 CSV row with another field     ``error`` naming its line and both counts (an unquoted comma would
@@ -35,9 +36,12 @@ from __future__ import annotations
 import codecs
 import collections
 import csv
+import fnmatch
+import functools
 import glob
 import io
 import json
+import math
 import os
 import re
 import sys
@@ -143,6 +147,7 @@ def _csv_records(path: Path, lines: Iterator[str], text_column: str) -> Iterator
     if error is not None:  # no row can be read against a header that cannot be
         raise csv.Error(f"its header (line 1) cannot be read: {error}")
     columns = [_valid_utf8(name)[0] for name in header or []]
+    refuse_repeated_columns(columns, text_column)
     # A header's trailing comma names no column. A row filling it is an error, as any row with
     # more fields is: the field may be the rest of a text cut at an unquoted comma.
     named = len(columns)
@@ -302,12 +307,24 @@ def jsonl_rows(
 
 
 def _json_row(path: Path, number: int, line: str, text_column: str) -> InputDocument:
+    repeated: list[str] = []
+
+    def keep_repeated(pairs: list[tuple[str, Any]]) -> dict:
+        # Objects are built inside out, so the row's own object is the last one here.
+        repeated[:] = [key for key, n in collections.Counter(k for k, _ in pairs).items() if n > 1]
+        return dict(pairs)
+
     try:
-        row = json.loads(line)
+        row = json.loads(line, object_pairs_hook=keep_repeated)
     except json.JSONDecodeError as error:
         return InputDocument(f"{path}:{number}", error=f"not JSON: {error.msg}")
     if not isinstance(row, dict):
         return InputDocument(f"{path}:{number}", error="not a JSON object")
+    for key in (text_column, ID_COLUMN):
+        if key in repeated:  # json.loads kept the last, silently
+            return InputDocument(
+                f"{path}:{number}", error=f"the key {key!r} appears more than once; keep one"
+            )
     # A "\ud800" escape is valid JSON but no text: the tokenizer (text) or the writer (id)
     # refused it, and the run with it.
     cleaned = {key: _valid_utf8(row[key]) for key in (text_column, ID_COLUMN)
@@ -330,6 +347,7 @@ def parquet_rows(
 
         table = pq.ParquetFile(path)
         columns = table.schema_arrow.names
+        refuse_repeated_columns(columns, text_column)
         number = first_row - 1
         for batch in table.iter_batches(batch_size=1024, row_groups=row_groups):
             for row in batch.to_pylist():
@@ -337,6 +355,18 @@ def parquet_rows(
                 yield _row_document(path, number, row, text_column, columns)
     except Exception as error:
         yield _unreadable(path, error)
+
+
+def refuse_repeated_columns(columns: list[str], text_column: str) -> None:
+    """A table whose header names its text or id column twice is not read: a row read as a
+    dict kept the last of them, silently, and which one the writer meant is unknown."""
+    for name in (text_column, ID_COLUMN):
+        places = [number for number, column in enumerate(columns, 1) if column == name]
+        if len(places) > 1:
+            raise ValueError(
+                f"its header names the column {name!r} {len(places)} times (columns "
+                f"{', '.join(map(str, places))}); rename all but the one that holds the {name}"
+            )
 
 
 def _row_document(
@@ -371,8 +401,8 @@ def _id_text(value: Any) -> str | None:
     """A table's id as the text it is: a Parquet binary id decoded (``str`` spelled it
     ``"b'doc-17'"``), a whole number stored as a float (a pandas integer column with gaps)
     without its ``.0``, so output rows join back to the input's ids."""
-    if value is None:
-        return None
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return None  # a missing id in a float column (pandas writes NaN): named by its place
     if isinstance(value, bytes | bytearray):
         return bytes(value).decode("utf-8", errors="replace")
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
@@ -385,7 +415,7 @@ def expand_argument(argument: str) -> Iterator[Path | InputDocument]:
     nothing is an error document. Hidden files and folders inside a folder are skipped."""
     path = Path(argument)
     if glob.has_magic(argument) and not os.path.lexists(argument):
-        matches = sorted(glob.glob(argument, recursive=True))
+        matches = pattern_matches(argument)
         if not matches:
             yield InputDocument(argument, error="no file matches this pattern")
         # A recursive pattern matches a folder and the files in it: each file is named once.
@@ -402,6 +432,51 @@ def expand_argument(argument: str) -> Iterator[Path | InputDocument]:
                 yield item
         return
     yield from _named_files(path, argument)
+
+
+def pattern_matches(pattern: str) -> list[str]:
+    """The paths a glob pattern names, sorted, folders among them, as ``glob.glob(pattern,
+    recursive=True)`` names them, except that ``**`` walks folders as :func:`_walk` does. The
+    standard glob follows every linked folder: two links back up in one folder made it list
+    paths without end."""
+    parts = Path(pattern).parts
+    if "**" not in parts:
+        return sorted(glob.glob(pattern))  # no part goes deeper than one folder
+    first = next(number for number, part in enumerate(parts) if glob.has_magic(part))
+    base = os.path.join(*parts[:first]) if first else ""
+    rest = parts[first:]
+    found = [os.path.join(base, "")] if base and _names_match(rest, ()) else []
+    for root, names in _walk(Path(base or "."), []) if os.path.isdir(base or ".") else ():
+        folder = Path(os.path.relpath(root, base or ".")).parts
+        folder = () if folder == (".",) else folder
+        if folder and _names_match(rest, folder):
+            found.append(os.path.join(base, *folder))
+        found += [os.path.join(base, *folder, name) for name in names
+                  if _names_match(rest, (*folder, name))]  # fmt: skip
+    return sorted(found)
+
+
+def _names_match(parts: tuple[str, ...], names: tuple[str, ...]) -> bool:
+    """Whether a path's ``names`` match a pattern's ``parts`` as glob matches them: ``**`` takes
+    any number of whole names, any other part one name (``fnmatch``); a hidden name only
+    where the part spells its dot."""
+
+    @functools.cache
+    def match(part: int, name: int) -> bool:
+        if part == len(parts):
+            return name == len(names)
+        if parts[part] == "**":
+            return match(part + 1, name) or (
+                name < len(names) and not names[name].startswith(".") and match(part, name + 1)
+            )
+        return (
+            name < len(names)
+            and (parts[part].startswith(".") or not names[name].startswith("."))
+            and fnmatch.fnmatchcase(names[name], parts[part])
+            and match(part + 1, name + 1)
+        )
+
+    return match(0, 0)
 
 
 def _named_files(path: Path, argument: str) -> Iterator[Path | InputDocument]:
@@ -631,15 +706,19 @@ class RowWriter:
 
 # Names of formats classify does not write: JSON Lines under such a name reads as a broken file.
 OTHER_FORMATS = (".parquet", ".json", ".xlsx", ".xls", ".tsv", ".feather", ".arrow")
+# Nor compressed files: plain text under such a name reads as a corrupt archive.
+COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".zip", ".lz4", ".7z")
 
 
 def output_kind(path: str | None) -> str:
     """``csv`` for a ``.csv`` path, else ``jsonl`` (standard output, pipes and other names
     included); a path named for another table format is refused."""
-    if path and path.lower().endswith(OTHER_FORMATS):
+    if path and path.lower().endswith(OTHER_FORMATS + COMPRESSED):
+        compressed = path.lower().endswith(COMPRESSED)
         raise ConfigError(
-            f"--out {path}: classify writes CSV (.csv) or JSON Lines (.jsonl), not "
+            f"--out {path}: classify writes plain CSV (.csv) or JSON Lines (.jsonl), not "
             f"{Path(path).suffix}; name the file .csv or .jsonl"
+            + (" and compress it once written" if compressed else "")
         )
     return "csv" if path and path.lower().endswith(".csv") else "jsonl"
 
@@ -723,7 +802,7 @@ def check_out_is_not_an_input(out: str, inputs: Iterable[str]) -> None:
         if argument == "-":
             continue
         literal = os.path.lexists(argument) or not glob.has_magic(argument)
-        named = [argument] if literal else sorted(glob.glob(argument, recursive=True))
+        named = [argument] if literal else pattern_matches(argument)
         walked: set[Path] = set()
         roots: set[Path] = set()
         for source in (Path(os.path.realpath(name)) for name in named):

@@ -440,6 +440,28 @@ def test_a_recursive_pattern_names_each_file_once(tmp_path):
 
 
 @pytest.mark.fault(
+    "classify: a recursive pattern (`'docs/**'`, quoted so the shell leaves it) over folders "
+    "that link back up",
+    "each file read once, by its own name (Python's glob followed the links round: one link "
+    "named each file 40 times, two never ended)",
+)
+def test_a_recursive_pattern_over_links_back_up_ends_and_reads_each_file_once(tmp_path):
+    docs = tmp_path / "docs"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "a.txt").write_text("one")
+    (docs / "sub" / "b.txt").write_text("two")
+    (docs / "sub" / "up").symlink_to(docs)
+    expected = [str(docs / "a.txt"), str(docs / "sub" / "b.txt")]
+    for pattern in ("**", "**/*.txt", "sub/**"):
+        named = [r.id for r in read_inputs([str(docs / pattern)])]
+        assert named == (expected[1:] if pattern == "sub/**" else expected), pattern
+    (docs / "sub" / "up-again").symlink_to(docs)  # two ways round: 2**40 paths to Python's glob
+    assert [r.id for r in read_inputs([str(docs / "**" / "*.txt")])] == expected
+    with pytest.raises(ConfigError, match="inside the input"):
+        check_out_is_not_an_input(str(docs / "sub" / "new" / "out.csv"), [str(docs / "**")])
+
+
+@pytest.mark.fault(
     "classify `--out` naming one of the inputs, or a file inside an input folder",
     "one line (`docclass: error: …`), exit status 2, before anything is read or written",
 )
@@ -683,9 +705,15 @@ def test_table_ids_keep_their_text(tmp_path):
     ids = pa.array([b"doc-17", b"doc-18"], pa.binary())
     pq.write_table(pa.table({"id": ids, "text": ["Shares rose.", "Goal!"]}), table)
     floats = tmp_path / "floats.parquet"
-    pq.write_table(pa.table({"id": [101.0, None, 2.5, 2.0**60], "text": ["a"] * 4}), floats)
-    got = [r.id for r in read_inputs([str(table), str(floats)])]
-    assert got == ["doc-17", "doc-18", "101", f"{floats}:2", "2.5", str(2.0**60)]
+    floats_ids = [101.0, None, 2.5, 2.0**60, float("nan")]  # NaN: pandas' missing id
+    pq.write_table(pa.table({"id": floats_ids, "text": ["a"] * 5}), floats)
+    json_nan = tmp_path / "nan.jsonl"
+    json_nan.write_text('{"id": NaN, "text": "a"}\n{"id": 7, "text": "b"}\n')
+    got = [r.id for r in read_inputs([str(table), str(floats), str(json_nan)])]
+    assert got == [
+        "doc-17", "doc-18", "101", f"{floats}:2", "2.5", str(2.0**60), f"{floats}:5",
+        f"{json_nan}:1", "7",
+    ]  # fmt: skip
     escaped = tmp_path / "escaped.jsonl"
     escaped.write_text('{"id": "x\\ud800y", "text": "ok"}\n')  # one U+FFFD for one escape
     assert [(r.id, bool(r.warning)) for r in read_inputs([str(escaped)])] == [("x\ufffdy", True)]
@@ -736,10 +764,47 @@ def test_undecodable_standard_input_and_lone_surrogates_get_a_warning_not_a_cras
 
 
 def test_an_output_named_for_another_format_is_refused_before_reading(tmp_path):
-    with pytest.raises(ConfigError, match=r"--out .*labels.parquet: classify writes CSV"):
-        docclass.inference.classify.run_classify(
-            "missing.ckpt", ["-"], str(tmp_path / "labels.parquet")
-        )
+    for name, fix in (
+        ("labels.parquet", "jsonl$"),
+        ("labels.JSONL.GZ", "compress it once written$"),
+    ):
+        with pytest.raises(ConfigError, match=rf"--out .*{name}: classify writes plain CSV.*{fix}"):
+            docclass.inference.classify.run_classify("missing.ckpt", ["-"], str(tmp_path / name))
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.fault(
+    "classify: a table whose header names its text or id column twice (CSV, Parquet), or a JSON "
+    "Lines row repeating its text or id key",
+    "an error row naming the column and where it repeats; a row read as a dict kept the last "
+    "of them silently",
+)
+def test_a_text_or_id_column_named_twice_is_refused_by_name(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    csv_file = tmp_path / "twice.csv"
+    csv_file.write_text("text,id,text\nSummary,1,The whole article.\n")
+    parquet = tmp_path / "twice.parquet"
+    columns = [pa.array(["1"]), pa.array(["Goal!"]), pa.array(["2"])]
+    pq.write_table(pa.Table.from_arrays(columns, names=["id", "text", "id"]), parquet)
+    rows = read_inputs([str(csv_file), str(parquet)])
+    assert [(r.id, r.text, r.error) for r in rows] == [
+        (str(csv_file), None, "cannot read as a table: its header names the column 'text' 2 "
+         "times (columns 1, 3); rename all but the one that holds the text"),
+        (str(parquet), None, "cannot read as a table: its header names the column 'id' 2 times "
+         "(columns 1, 3); rename all but the one that holds the id"),
+    ]  # fmt: skip
+    lines = tmp_path / "twice.jsonl"
+    lines.write_text(
+        '{"text": "a", "text": "b"}\n{"id": 1, "text": "c", "id": 2}\n'
+        '{"text": "kept", "meta": {"text": 1, "text": 2}, "tag": 1, "tag": 2}\n'
+    )
+    assert [(r.id, r.text, r.error) for r in read_inputs([str(lines)])] == [
+        (f"{lines}:1", None, "the key 'text' appears more than once; keep one"),
+        (f"{lines}:2", None, "the key 'id' appears more than once; keep one"),
+        (f"{lines}:3", "kept", None),
+    ]
 
 
 @pytest.mark.fault(
