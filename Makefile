@@ -37,8 +37,11 @@ ifeq ($(CHROMIUM),)
 endif
 
 # DOCCLASS_REQUIRE_BROWSER: here a missing browser fails the browser test instead of skipping it.
+# TEST_WORKERS pytest processes (pytest-xdist), each given whole files, so a module's fixtures are
+# built once; tests/conftest.py gives each worker one thread (docs/architecture.md#tests).
+TEST_WORKERS ?= 2
 test: $(STAMP) browser  ## the fast suite (CI)
-	DOCCLASS_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -m "not slow"
+	DOCCLASS_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile
 
 test-full: $(STAMP) browser  ## every test, slow ones included
 	DOCCLASS_REQUIRE_BROWSER=1 $(BIN)/python -m pytest

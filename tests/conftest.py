@@ -4,6 +4,12 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# Under pytest-xdist (make test) every worker, and every process a test starts, computes on one
+# thread: two workers on two cores each spinning two threads ran the suite 1.3x slower than
+# this (docs/architecture.md#tests). Set before torch is imported, which reads it once.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(variable, "1")
 
 from pathlib import Path  # noqa: E402
 
