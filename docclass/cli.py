@@ -110,7 +110,10 @@ def doc_class_cli() -> type:
                 label_names=list(self.datamodule.label_names),
                 max_tokens=self.datamodule.max_tokens,
             )
-            device = str(self.model.device)
+            # Where training ran: Lightning's teardown after testing moved the module to the
+            # CPU, and a GPU run's calibration and report (explaining every test document
+            # through every block) then ran there, many times slower.
+            device = str(self.trainer.strategy.root_device)
             if self.config.fit.get("calibrate_after_fit", True):
                 self._calibrate(classifier, run_dir, device)
             if not self.config.fit.get("report_after_fit"):

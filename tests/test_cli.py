@@ -389,6 +389,37 @@ def test_bf16_mixed_precision_trains(tmp_path):
     assert differences <= 2  # one document moved counts twice
 
 
+def test_after_fit_calibration_runs_on_the_training_device(tmp_path, monkeypatch):
+    """Lightning's teardown after testing moves the module to the CPU; the after-fit
+    calibration and report must run on the device training ran on. No GPU here: the strategy
+    claims one once testing is done (the edge this machine cannot reach), and the device
+    handed on is recorded instead of used."""
+    from lightning.pytorch.strategies import SingleDeviceStrategy
+
+    import docclass.cli
+    from docclass.train.lightning_cli import TrainingCLI
+
+    tested_then = TrainingCLI.after_fit
+    module_devices, handed_on = [], []
+
+    def test_then_claim_a_gpu(cli):
+        tested_then(cli)
+        module_devices.append(str(cli.model.device))
+        monkeypatch.setattr(
+            SingleDeviceStrategy, "root_device", property(lambda _: torch.device("cuda", 0))
+        )
+
+    monkeypatch.setattr(TrainingCLI, "after_fit", test_then_claim_a_gpu)
+    monkeypatch.setattr(
+        docclass.cli, "calibrate_after_fit", lambda *args: handed_on.append(args[-1])
+    )
+    main(
+        ["fit", "--config", TINY, "--trainer.max_epochs", "1", "--trainer.callbacks=[]",
+         "--report_after_fit", "false", "--trainer.default_root_dir", str(tmp_path)]
+    )  # fmt: skip
+    assert module_devices == ["cpu"] and handed_on == ["cuda:0"]
+
+
 def test_report_settings_are_the_configs_own():
     from docclass.train.lightning_cli import report_settings
 
