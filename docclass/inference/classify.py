@@ -37,7 +37,6 @@ import codecs
 import collections
 import csv
 import fnmatch
-import functools
 import glob
 import io
 import json
@@ -435,48 +434,68 @@ def expand_argument(argument: str) -> Iterator[Path | InputDocument]:
 
 
 def pattern_matches(pattern: str) -> list[str]:
-    """The paths a glob pattern names, sorted, folders among them, as ``glob.glob(pattern,
-    recursive=True)`` names them, except that ``**`` walks folders as :func:`_walk` does. The
-    standard glob follows every linked folder: two links back up in one folder made it list
-    paths without end."""
-    parts = Path(pattern).parts
-    if "**" not in parts:
-        return sorted(glob.glob(pattern))  # no part goes deeper than one folder
-    first = next(number for number, part in enumerate(parts) if glob.has_magic(part))
-    base = os.path.join(*parts[:first]) if first else ""
-    rest = parts[first:]
-    found = [os.path.join(base, "")] if base and _names_match(rest, ()) else []
-    for root, names in _walk(Path(base or "."), []) if os.path.isdir(base or ".") else ():
-        folder = Path(os.path.relpath(root, base or ".")).parts
-        folder = () if folder == (".",) else folder
-        if folder and _names_match(rest, folder):
-            found.append(os.path.join(base, *folder))
-        found += [os.path.join(base, *folder, name) for name in names
-                  if _names_match(rest, (*folder, name))]  # fmt: skip
-    return sorted(found)
+    """The paths a glob pattern names, sorted, folders among them: those ``glob.glob(pattern,
+    recursive=True)`` names, part by part as it matches them, except that a ``**`` part never
+    names or enters a folder it is already inside (a link back up). Python's glob followed
+    such links round: one named every file 40 times, two made it list paths without end."""
+    path = Path(pattern)
+    if "**" not in path.parts:
+        return sorted(glob.glob(pattern))  # no part reaches more than one folder down
+    parts = list(path.parts)
+    reached = [parts.pop(0)] if path.is_absolute() else [""]
+    folders_only = pattern.endswith(("/", os.sep))  # as glob reads "docs/**/"
+    for number, part in enumerate(parts):
+        folders = number < len(parts) - 1 or folders_only
+        step: list[str] = []
+        for folder in reached:
+            if part == "**":
+                step += _descend(folder, folders)
+            elif glob.has_magic(part):
+                # A hidden name only where the part spells its dot, as glob reads them.
+                named = [
+                    os.path.join(folder, name)
+                    for name in _names(folder)
+                    if (part.startswith(".") or not name.startswith("."))
+                    and fnmatch.fnmatchcase(name, part)
+                ]
+                step += [name for name in named if not folders or os.path.isdir(name)]
+            elif os.path.isdir(named := os.path.join(folder, part)) or (
+                not folders and os.path.lexists(named)
+            ):
+                step.append(named)
+        reached = step
+    return sorted({name for name in reached if name})
 
 
-def _names_match(parts: tuple[str, ...], names: tuple[str, ...]) -> bool:
-    """Whether a path's ``names`` match a pattern's ``parts`` as glob matches them: ``**`` takes
-    any number of whole names, any other part one name (``fnmatch``); a hidden name only
-    where the part spells its dot."""
+def _descend(start: str, folders_only: bool) -> list[str]:
+    """What a ``**`` part names from folder ``start``: the folder itself and every name under
+    it, hidden ones left out, linked folders followed, but never one the walk is inside (its
+    real folder or one above it, or a folder it came through)."""
+    found = [start]
+    real = Path(os.path.realpath(start or "."))
+    waiting = [(start, {_inode(str(folder)) for folder in (real, *real.parents)})]
+    while waiting:
+        folder, inside = waiting.pop()
+        for name in _names(folder):
+            if name.startswith("."):
+                continue
+            named = os.path.join(folder, name)
+            if os.path.isdir(named):
+                key = _inode(named)
+                if key is not None and key not in inside:
+                    found.append(named)
+                    waiting.append((named, inside | {key}))
+            elif not folders_only:
+                found.append(named)
+    return found
 
-    @functools.cache
-    def match(part: int, name: int) -> bool:
-        if part == len(parts):
-            return name == len(names)
-        if parts[part] == "**":
-            return match(part + 1, name) or (
-                name < len(names) and not names[name].startswith(".") and match(part, name + 1)
-            )
-        return (
-            name < len(names)
-            and (parts[part].startswith(".") or not names[name].startswith("."))
-            and fnmatch.fnmatchcase(names[name], parts[part])
-            and match(part + 1, name + 1)
-        )
 
-    return match(0, 0)
+def _names(folder: str) -> list[str]:
+    """A folder's names; none when it cannot be listed (glob says nothing of it either)."""
+    try:
+        return os.listdir(folder or ".")
+    except OSError:
+        return []
 
 
 def _named_files(path: Path, argument: str) -> Iterator[Path | InputDocument]:
@@ -707,14 +726,14 @@ class RowWriter:
 # Names of formats classify does not write: JSON Lines under such a name reads as a broken file.
 OTHER_FORMATS = (".parquet", ".json", ".xlsx", ".xls", ".tsv", ".feather", ".arrow")
 # Nor compressed files: plain text under such a name reads as a corrupt archive.
-COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".zip", ".lz4", ".7z")
+COMPRESSED = ".gz .gzip .tgz .bz2 .xz .lzma .z .zst .zstd .zip .lz4 .br .7z .tar".split()
 
 
 def output_kind(path: str | None) -> str:
     """``csv`` for a ``.csv`` path, else ``jsonl`` (standard output, pipes and other names
     included); a path named for another table format is refused."""
-    if path and path.lower().endswith(OTHER_FORMATS + COMPRESSED):
-        compressed = path.lower().endswith(COMPRESSED)
+    if path and path.lower().endswith((*OTHER_FORMATS, *COMPRESSED)):
+        compressed = path.lower().endswith(tuple(COMPRESSED))
         raise ConfigError(
             f"--out {path}: classify writes plain CSV (.csv) or JSON Lines (.jsonl), not "
             f"{Path(path).suffix}; name the file .csv or .jsonl"

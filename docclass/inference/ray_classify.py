@@ -54,6 +54,7 @@ from docclass.inference.classify import (
     jsonl_rows,
     parquet_rows,
     read_file_documents,
+    refuse_repeated_columns,
 )
 
 log = logging.getLogger(__name__)
@@ -144,13 +145,16 @@ def _jsonl_shards(path: Path, every: int) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def _parquet_shards(path: Path, every: int) -> list[dict[str, Any]]:
-    """Consecutive row groups of about ``every`` rows; a row group is never split."""
+def _parquet_shards(path: Path, every: int, text_column: str) -> list[dict[str, Any]]:
+    """Consecutive row groups of about ``every`` rows; a row group is never split. A file
+    whose text or id column is named twice raises here, so that it gets one error row, not
+    one per shard."""
     import pyarrow.parquet as pq
 
     with open(path, "rb") as handle:
         state = _state_of(os.fstat(handle.fileno()))
         metadata = pq.ParquetFile(handle).metadata
+    refuse_repeated_columns(metadata.schema.to_arrow_schema().names, text_column)
     if state is None or file_state(path) != state:
         raise ChangedInputError(f"{path}: changed while the run was planned; run it again")
     largest = max(
@@ -186,7 +190,7 @@ def _parquet_shard(
     }  # fmt: skip
 
 
-def _table_shards(path: Path, every: int) -> list[dict[str, Any]]:
+def _table_shards(path: Path, every: int, text_column: str) -> list[dict[str, Any]]:
     suffix = path.suffix.lower()
     if path.exists() and file_state(path) is None:
         # A pipe would be read here to plan, leaving nothing for the worker.
@@ -198,7 +202,7 @@ def _table_shards(path: Path, every: int) -> list[dict[str, Any]]:
         if suffix == ".jsonl":
             return _jsonl_shards(path, every)
         if suffix == ".parquet":
-            return _parquet_shards(path, every)
+            return _parquet_shards(path, every, text_column)
     except ChangedInputError:
         raise
     except Exception:  # unreadable or corrupt: read whole, where it gets classify's error row
@@ -229,7 +233,7 @@ def build_plan(
                 loose.append({"id": item.id, "error": item.error or ""})
             elif is_table(item):
                 close_loose()
-                shards.extend(_table_shards(item, every))
+                shards.extend(_table_shards(item, every, text_column))
             else:
                 loose.append({"path": str(item), "state": file_state(item)})
             if len(loose) >= every:

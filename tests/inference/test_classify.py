@@ -3,9 +3,11 @@
 import codecs
 import copy
 import csv
+import glob
 import io
 import json
 import math
+import os
 from pathlib import Path
 from typing import get_args
 
@@ -23,6 +25,7 @@ from docclass.inference.classify import (
     NOT_UTF8,
     check_out_is_not_an_input,
     decode_document,
+    pattern_matches,
     read_inputs,
 )
 from docclass.interpret.default_method import default_method
@@ -439,6 +442,40 @@ def test_a_recursive_pattern_names_each_file_once(tmp_path):
     assert sorted(Path(r.id).name for r in rows) == ["a.txt", "b.txt", "link.txt"]
 
 
+def test_a_pattern_names_what_python_s_glob_names_where_no_link_leads_back_up(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    for name in (
+        "docs/a.txt", "docs/.hid.txt", "docs/.hdir/x.txt", "docs/sub/b.txt", "docs/sub/.cfg/c.txt",
+        "docs/sub/deep/d.txt", "outside/e.txt", "top.txt", "data1/f.txt", "data2/g.txt",
+        "x[1]/h.txt", ".top/j.txt", "docs/.versions/v3/k.txt",
+    ):  # fmt: skip
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("text")
+    links = {
+        "docs/alias": "sub",
+        "docs/ext": "../outside",
+        "docs/flink.txt": "a.txt",
+        "docs/broken": "nowhere",
+        "docs/current": ".versions/v3",
+        "top-link.txt": "top.txt",
+    }
+    for link, target in links.items():
+        (tmp_path / link).symlink_to(target)
+    patterns = [
+        "docs/**", "docs/**/*.txt", "docs/**/", "./docs/**/*.txt", "**", "**/*.txt", "*/**",
+        "d*/**", "d*/**/*.txt", "data[12]/**", "docs/**/.*", "docs/**/.cfg/*", "docs/.hdir/**",
+        "docs/sub/../**", "docs/**/../a.txt", "docs//**", "docs/./**", "docs/**/**", "**/sub/**",
+        "docs/*/**", "docs/a*/**", "docs/**/alias/*.txt", "x[[]1]/**", ".t*/**",
+        "docs/**/*.txt/", "docs/**/b.txt", "docs/c*/**", "docs/current/**", "no*/**",
+    ]  # fmt: skip
+    for pattern in [*patterns, str(tmp_path / "d*" / "**" / "*.txt")]:
+        normal = lambda paths: sorted({os.path.normpath(path) for path in paths})  # noqa: E731
+        expected = normal(glob.glob(pattern, recursive=True))
+        assert normal(pattern_matches(pattern)) == expected, pattern
+
+
 @pytest.mark.fault(
     "classify: a recursive pattern (`'docs/**'`, quoted so the shell leaves it) over folders "
     "that link back up",
@@ -776,8 +813,8 @@ def test_an_output_named_for_another_format_is_refused_before_reading(tmp_path):
 @pytest.mark.fault(
     "classify: a table whose header names its text or id column twice (CSV, Parquet), or a JSON "
     "Lines row repeating its text or id key",
-    "an error row naming the column and where it repeats; a row read as a dict kept the last "
-    "of them silently",
+    "an error row naming the column (and, in a header, where it repeats); a row read as a dict "
+    "kept the last of them silently",
 )
 def test_a_text_or_id_column_named_twice_is_refused_by_name(tmp_path):
     import pyarrow as pa

@@ -151,9 +151,14 @@ def test_the_plan_reads_every_document_once_in_input_order(tmp_path, monkeypatch
         root / "groups.parquet",
         row_group_size=3,
     )
-    arguments = [*hostile_arguments(root), str(root / "many.jsonl"), str(root / "groups.parquet")]
+    # Its text column named twice: one error row for the file, not one per row group's shard.
+    twice = pa.Table.from_arrays([pa.array(["a", "b", "c"])] * 2, names=["body", "body"])
+    pq.write_table(twice, root / "twice.parquet", row_group_size=1)
+    arguments = [*hostile_arguments(root), str(root / "many.jsonl"), str(root / "groups.parquet"),
+                 str(root / "twice.parquet")]  # fmt: skip
     whole = [dataclasses.asdict(d) for d in read_inputs(arguments, "body")]
-    assert len(whole) == 14 + 22 + 10
+    assert len(whole) == 14 + 22 + 10 + 1
+    assert "'body' 2 times" in whole[-1]["error"]
     for every, block in ((1, 7), (2, 1), (4, 64), (4, 1 << 24), (100, 5)):
         # Blocks far smaller than the file, so that cuts fall at and across block edges.
         monkeypatch.setattr("docclass.inference.ray_classify.SCAN_BYTES", block)
