@@ -341,6 +341,8 @@ class RunReport(pl.Callback):
             "config": self.run_config,
             # What this process's training steps computed in ("bfloat16 autocast", "float32"),
             # model.cpu_train_precision's "auto" and trainer.precision alike; None: no fit here.
+            # A resumed fit adds its checkpoint's ("bfloat16 autocast, then float32 after
+            # resuming").
             "training_steps_precision": getattr(pl_module, "training_steps_precision", None),
             "machine": machine_summary(),
         }

@@ -149,6 +149,8 @@ def balanced_class_weights(datamodule, power: float = 1.0) -> torch.Tensor:
 # least this many times the smallest: Reuters R8 (108×), SMS spam (7.0×) and TREC (14.5×) are
 # weighed, BBC (1.45×) is not, so a balanced corpus trains exactly as unweighted.
 IMBALANCE_RATIO = 3.0
+# The checkpoint's record of what its training steps computed in, read back when a fit resumes.
+STEPS_PRECISION_KEY = "docclass_training_steps_precision"
 
 
 def class_weighting(setting: str, datamodule) -> torch.Tensor | None:
@@ -299,6 +301,9 @@ class DocClassifierModule(pl.LightningModule):
         # resumed run computes the same ones from the same split).
         self.register_buffer("loss_weights", None, persistent=False)
         self.training_steps_precision: str | None = None
+        # What the steps of the run this one resumes computed in (from its checkpoint).
+        self._resumed_steps_precision: str | None = None
+        self._steps_precision_noted = False
         # Filled from the DataModule in setup(), written into every checkpoint.
         self.tokenizer_json: str | None = None
         self.label_names: list[str] = []
@@ -384,9 +389,11 @@ class DocClassifierModule(pl.LightningModule):
     def _note_step_precision(self) -> None:
         """Record, at the first training step, the precision it computes in: an autocast's
         dtype ("bfloat16 autocast"), else the trained weights' ("float32"). metrics.json keeps
-        it; None until a step has run in this process."""
-        if self.training_steps_precision is not None:
+        it; None until a step has run in this process. A resumed fit starts from its
+        checkpoint's record, and names both when its own steps compute otherwise."""
+        if self._steps_precision_noted:
             return
+        self._steps_precision_noted = True
         device = self.device.type
         trained = [p.dtype for p in self.parameters() if p.requires_grad]
         weights = str(trained[0] if trained else torch.get_default_dtype()).removeprefix("torch.")
@@ -394,9 +401,14 @@ class DocClassifierModule(pl.LightningModule):
             dtype = str(torch.get_autocast_dtype(device)).removeprefix("torch.")
             # bf16-true weights under an autocast: pure bf16, no float32 master weights.
             extra = "" if weights == "float32" else f", {weights} weights"
-            self.training_steps_precision = f"{dtype} autocast{extra}"
+            now = f"{dtype} autocast{extra}"
         else:
-            self.training_steps_precision = weights
+            now = weights
+        before = self._resumed_steps_precision
+        if before is None or before.split(", then ")[-1].removesuffix(" after resuming") == now:
+            self.training_steps_precision = before or now
+        else:  # a resumed run whose steps compute otherwise: both, in the order they ran
+            self.training_steps_precision = f"{before}, then {now} after resuming"
 
     def on_train_batch_start(self, batch: dict, batch_idx: int) -> None:
         # Lightning does not call train() on the module: it restores each submodule's own
@@ -611,9 +623,14 @@ class DocClassifierModule(pl.LightningModule):
             "label_names": list(self.label_names),
             "max_tokens": self.max_tokens,
         }
+        checkpoint[STEPS_PRECISION_KEY] = self.training_steps_precision
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         artifact = checkpoint.get(ARTIFACT_KEY) or {}
+        if self.trainer is not None and self.trainer.state.fn == "fit":
+            # A resumed fit: its metrics.json names these steps too, even with none left.
+            self._resumed_steps_precision = checkpoint.get(STEPS_PRECISION_KEY)
+            self.training_steps_precision = self._resumed_steps_precision
         self.tokenizer_json = artifact.get("tokenizer", self.tokenizer_json)
         self.label_names = artifact.get("label_names", self.label_names)
         self.max_tokens = artifact.get("max_tokens", self.max_tokens)

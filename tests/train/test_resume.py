@@ -481,6 +481,28 @@ io.save_checkpoint({"epoch": 2, "w": torch.zeros(200_000_000)}, sys.argv[1])  # 
 """
 
 
+def test_a_resumed_run_names_the_precision_its_steps_computed_in_before_and_after(tmp_path):
+    from docclass.cli import main
+
+    # trainer.precision, as a resumed fit takes the model's settings from its checkpoint.
+    def fit(run, precision, epochs, resume=None):
+        main(
+            ["fit", "--config", str(CONFIGS / "tiny.yaml"), "--trainer.callbacks=[]",
+             "--report_after_fit", "false", "--trainer.precision", precision,
+             "--trainer.max_epochs", str(epochs), "--trainer.default_root_dir", str(tmp_path / run),
+             *(["--ckpt_path", str(tmp_path / resume / "checkpoints" / "last.ckpt")] if resume
+               else [])]
+        )  # fmt: skip
+        return json.loads((tmp_path / run / "metrics.json").read_text())["training_steps_precision"]
+
+    assert fit("bf16", "bf16-mixed", 1) == "bfloat16 autocast"
+    both = "bfloat16 autocast, then float32 after resuming"
+    assert fit("then-32", "32-true", 2, resume="bf16") == both
+    assert fit("same-again", "32-true", 3, resume="then-32") == both  # float32 goes on: once
+    assert fit("nothing-left", "bf16-mixed", 2, resume="then-32") == both  # no step ran here
+    assert fit("as-before", "bf16-mixed", 2, resume="bf16") == "bfloat16 autocast"
+
+
 @pytest.mark.fault(
     "SIGKILL while a checkpoint is being written",
     "the previous checkpoint loads whole; the next save removes the partial file left behind",
