@@ -8,6 +8,7 @@ logs, and after testing ``metrics.json``, ``split.json`` and the predictions.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,6 +35,8 @@ from docclass.train.callbacks import (
 from docclass.train.checkpoint import AtomicCheckpointIO, link_with_record
 from docclass.train.datamodule import DocDataModule
 from docclass.train.lit_module import DocClassifierModule
+
+log = logging.getLogger(__name__)
 
 LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
 # Where a run writes when no trainer.default_root_dir is given.
@@ -131,7 +134,24 @@ class TrainingCLI(LightningCLI):
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if ckpt_path and ckpt_path not in LIGHTNING_CKPT_ALIASES:
             verify_checkpoint(ckpt_path)
+        given = self.config[subcommand].get("model") if subcommand == "fit" else None
+        given = given.as_dict() if given is not None else {}
         super()._parse_ckpt_path()
+        kept = self.config[subcommand].get("model") if given else None
+        kept = kept.as_dict() if kept is not None else {}
+        # Lightning's CLI replaces the model's settings with the checkpoint's, the ones given
+        # on the command line too, without a word: a resumed fit trains on as it was saved.
+        replaced = [
+            f"{name} {value!r} (the checkpoint's: {kept.get(name)!r})"
+            for name, value in given.items()
+            if kept and value != kept.get(name)
+        ]
+        if replaced:
+            log.warning(
+                "%s: a resumed fit keeps its checkpoint's model settings; not used: %s. Start "
+                "a new run (without --ckpt_path) to train with them",
+                ckpt_path, ", ".join(replaced),
+            )  # fmt: skip
 
     def before_instantiate_classes(self) -> None:
         config = self._subcommand_section(self.config)

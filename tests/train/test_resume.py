@@ -504,6 +504,34 @@ def test_a_resumed_run_names_the_precision_its_steps_computed_in_before_and_afte
 
 
 @pytest.mark.fault(
+    "a fit resumed with `--ckpt_path` and model settings other than its checkpoint's "
+    "(`--model.lr 0.5`)",
+    "a warning naming each setting not used and the checkpoint's value (Lightning's CLI "
+    "replaces them with the checkpoint's without a word)",
+)
+def test_a_resumed_fit_names_the_given_model_settings_it_does_not_use(tmp_path, caplog):
+    from docclass.cli import main
+
+    def fit(run, *extra):
+        caplog.clear()
+        main(
+            ["fit", "--config", str(CONFIGS / "tiny.yaml"), "--trainer.callbacks=[]",
+             "--report_after_fit", "false", "--trainer.default_root_dir", str(tmp_path / run),
+             *extra]
+        )  # fmt: skip
+        return [r.getMessage() for r in caplog.records if "resumed fit" in r.getMessage()]
+
+    last = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    assert fit("first", "--trainer.max_epochs", "1", "--model.lr", "0.5") == []
+    resumed = ["--trainer.max_epochs", "2", "--ckpt_path", str(last)]
+    said = fit("other-lr", *resumed, "--model.lr", "0.003", "--model.dropout", "0.1")
+    assert len(said) == 1 and "not used: lr 0.003 (the checkpoint's: 0.5)." in said[0], said
+    trained = torch.load(tmp_path / "other-lr" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert trained["hyper_parameters"]["lr"] == 0.5  # as the warning says
+    assert fit("same", *resumed, "--model.lr", "0.5") == []
+
+
+@pytest.mark.fault(
     "SIGKILL while a checkpoint is being written",
     "the previous checkpoint loads whole; the next save removes the partial file left behind",
 )
