@@ -144,7 +144,8 @@ class TrainingCLI(LightningCLI):
         replaced = [
             f"{name} {value!r} (the checkpoint's: {kept.get(name)!r})"
             for name, value in given.items()
-            if kept and value != kept.get(name)
+            # 32 from YAML and "32" from the command line are one setting.
+            if kept and value != kept.get(name) and str(value) != str(kept.get(name))
         ]
         if replaced:
             log.warning(
