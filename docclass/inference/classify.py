@@ -436,20 +436,28 @@ def expand_argument(argument: str) -> Iterator[Path | InputDocument]:
 def pattern_matches(pattern: str) -> list[str]:
     """The paths a glob pattern names, sorted, folders among them: those ``glob.glob(pattern,
     recursive=True)`` names, part by part as it matches them, except that a ``**`` part never
-    names or enters a folder it is already inside (a link back up). Python's glob followed
-    such links round: one named every file 40 times, two made it list paths without end."""
+    names or enters a folder it is already inside (a link back up), nor, where at most a name
+    follows it, a folder a link has led into already (:func:`_descend`): the same files, under
+    the first link's name. Python's glob followed links back up round (one link named every
+    file 40 times, two listed paths without end), and every path through folders linking to
+    each other."""
     path = Path(pattern)
     if "**" not in path.parts:
         return sorted(glob.glob(pattern))  # no part reaches more than one folder down
     parts = list(path.parts)
     reached = [parts.pop(0)] if path.is_absolute() else [""]
-    folders_only = pattern.endswith(("/", os.sep))  # as glob reads "docs/**/"
+    # As glob reads "docs/**/" and "docs/**/." (a final "." is not among the parts).
+    folders_only = pattern.endswith(("/", os.sep, "/.", os.sep + "."))
     for number, part in enumerate(parts):
         folders = number < len(parts) - 1 or folders_only
         step: list[str] = []
         for folder in reached:
             if part == "**":
-                step += _descend(folder, folders)
+                # Past this part, at most a name left to match (not ".."): any path to a file
+                # is as good as another, so a folder reached again through a link may be left.
+                rest = parts[number + 1 :]
+                once = len(rest) == 0 or (len(rest) == 1 and rest[0] not in ("**", ".."))
+                step += _descend(folder, folders, once)
             elif glob.has_magic(part):
                 # A hidden name only where the part spells its dot, as glob reads them.
                 named = [
@@ -467,33 +475,43 @@ def pattern_matches(pattern: str) -> list[str]:
     return sorted({name for name in reached if name})
 
 
-def _descend(start: str, folders_only: bool) -> list[str]:
+def _descend(start: str, folders_only: bool, once: bool) -> list[str]:
     """What a ``**`` part names from folder ``start``: the folder itself and every name under
     it, hidden ones left out, linked folders followed, but never one the walk is inside (its
-    real folder or one above it, or a folder it came through)."""
+    real folder or one above it, or a folder it came through). With ``once``, not through a
+    second link either into a folder a link has led into already: folders linking to each
+    other made every path through them a name (thousands for seven folders), and the files
+    are the same under each. Sorted names, depth first, decide which link is the first."""
     found = [start]
     real = Path(os.path.realpath(start or "."))
+    linked_into: set[tuple[int, int] | None] = set()
     waiting = [(start, {_inode(str(folder)) for folder in (real, *real.parents)})]
     while waiting:
         folder, inside = waiting.pop()
+        deeper = []
         for name in _names(folder):
+            named = os.path.join(folder, name)
             if name.startswith("."):
                 continue
-            named = os.path.join(folder, name)
-            if os.path.isdir(named):
-                key = _inode(named)
-                if key is not None and key not in inside:
-                    found.append(named)
-                    waiting.append((named, inside | {key}))
-            elif not folders_only:
-                found.append(named)
+            if not os.path.isdir(named):
+                found += [] if folders_only else [named]
+                continue
+            key = _inode(named)
+            linked = once and os.path.islink(named)
+            if key is None or key in inside or (linked and key in linked_into):
+                continue
+            if linked:
+                linked_into.add(key)
+            found.append(named)
+            deeper.append((named, inside | {key}))
+        waiting += reversed(deeper)  # the first name is walked first
     return found
 
 
 def _names(folder: str) -> list[str]:
-    """A folder's names; none when it cannot be listed (glob says nothing of it either)."""
+    """A folder's names, sorted; none when it cannot be listed (glob says nothing of it)."""
     try:
-        return os.listdir(folder or ".")
+        return sorted(os.listdir(folder or "."))
     except OSError:
         return []
 

@@ -5,6 +5,7 @@ import copy
 import csv
 import glob
 import io
+import itertools
 import json
 import math
 import os
@@ -469,6 +470,7 @@ def test_a_pattern_names_what_python_s_glob_names_where_no_link_leads_back_up(
         "docs/sub/../**", "docs/**/../a.txt", "docs//**", "docs/./**", "docs/**/**", "**/sub/**",
         "docs/*/**", "docs/a*/**", "docs/**/alias/*.txt", "x[[]1]/**", ".t*/**",
         "docs/**/*.txt/", "docs/**/b.txt", "docs/c*/**", "docs/current/**", "no*/**",
+        "docs/**/*.txt/.", "docs/**/.", "docs/**/a.txt/.",
     ]  # fmt: skip
     for pattern in [*patterns, str(tmp_path / "d*" / "**" / "*.txt")]:
         normal = lambda paths: sorted({os.path.normpath(path) for path in paths})  # noqa: E731
@@ -494,6 +496,19 @@ def test_a_recursive_pattern_over_links_back_up_ends_and_reads_each_file_once(tm
         assert named == (expected[1:] if pattern == "sub/**" else expected), pattern
     (docs / "sub" / "up-again").symlink_to(docs)  # two ways round: 2**40 paths to Python's glob
     assert [r.id for r in read_inputs([str(docs / "**" / "*.txt")])] == expected
+    # Five folders, each linking to the four others: every path through them was a name to
+    # glob (thousands). A folder is entered through one link at most: the first, in order
+    # (n0 itself is first reached through n1's link).
+    for number in range(5):
+        (tmp_path / "ring" / f"n{number}").mkdir(parents=True)
+        (tmp_path / "ring" / f"n{number}" / "f.txt").write_text(f"folder {number}")
+    for number, other in itertools.permutations(range(5), 2):
+        (tmp_path / "ring" / f"n{number}" / f"to-{other}").symlink_to(f"../n{other}")
+    named = pattern_matches(str(tmp_path / "ring" / "**" / "*.txt"))
+    assert [os.path.relpath(name, tmp_path / "ring") for name in named] == [
+        "n0/f.txt", *(f"n0/to-{other}/f.txt" for other in range(1, 5)), "n1/f.txt",
+        "n1/to-0/f.txt", "n2/f.txt", "n3/f.txt", "n4/f.txt",
+    ]  # fmt: skip
     with pytest.raises(ConfigError, match="inside the input"):
         check_out_is_not_an_input(str(docs / "sub" / "new" / "out.csv"), [str(docs / "**")])
 
