@@ -627,7 +627,8 @@ class DocClassifierModule(pl.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         artifact = checkpoint.get(ARTIFACT_KEY) or {}
-        if self.trainer is not None and self.trainer.state.fn == "fit":
+        # _trainer: the trainer property raises when none is attached (load_from_checkpoint).
+        if self._trainer is not None and self._trainer.state.fn == "fit":
             # A resumed fit: its metrics.json names these steps too, even with none left.
             self._resumed_steps_precision = checkpoint.get(STEPS_PRECISION_KEY)
             self.training_steps_precision = self._resumed_steps_precision

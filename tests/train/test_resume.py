@@ -501,6 +501,13 @@ def test_a_resumed_run_names_the_precision_its_steps_computed_in_before_and_afte
     assert fit("same-again", "32-true", 3, resume="then-32") == both  # float32 goes on: once
     assert fit("nothing-left", "bf16-mixed", 2, resume="then-32") == both  # no step ran here
     assert fit("as-before", "bf16-mixed", 2, resume="bf16") == "bfloat16 autocast"
+    # Loaded without a trainer, the hook must not ask for one (Lightning's property raises).
+    from docclass.train.lit_module import DocClassifierModule
+
+    loaded = DocClassifierModule.load_from_checkpoint(
+        tmp_path / "bf16" / "checkpoints" / "last.ckpt"
+    )
+    assert loaded.label_names
 
 
 @pytest.mark.fault(
