@@ -136,6 +136,13 @@ class TrainingCLI(LightningCLI):
             verify_checkpoint(ckpt_path)
         given = self.config[subcommand].get("model") if subcommand == "fit" else None
         given = given.as_dict() if given is not None else {}
+        if given:
+            # Only what a config or a flag set: a run resumed without --config would name
+            # every built-in default the checkpoint's run had changed.
+            defaults = self._subcommand_parsers[subcommand].get_defaults().get("model")
+            defaults = defaults.as_dict() if defaults is not None else {}
+            given = {name: value for name, value in given.items()
+                     if str(value) != str(defaults.get(name))}  # fmt: skip
         super()._parse_ckpt_path()
         kept = self.config[subcommand].get("model") if given else None
         kept = kept.as_dict() if kept is not None else {}

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+import yaml
 from helpers import CONFIGS, REPO
 from lightning.pytorch import Callback
 
@@ -536,6 +537,14 @@ def test_a_resumed_fit_names_the_given_model_settings_it_does_not_use(tmp_path, 
     trained = torch.load(tmp_path / "other-lr" / "checkpoints" / "last.ckpt", weights_only=True)
     assert trained["hyper_parameters"]["lr"] == 0.5  # as the warning says
     assert fit("same", *resumed, "--model.lr", "0.5") == []
+    # A config without a model section: the built-in defaults were set by no one.
+    tiny = yaml.safe_load((CONFIGS / "tiny.yaml").read_text())
+    no_model = tmp_path / "no-model.yaml"
+    no_model.write_text(yaml.safe_dump({k: v for k, v in tiny.items() if k != "model"}))
+    caplog.clear()
+    main(["fit", "--config", str(no_model), "--trainer.callbacks=[]", "--report_after_fit",
+          "false", "--trainer.default_root_dir", str(tmp_path / "defaults"), *resumed])  # fmt: skip
+    assert not [r for r in caplog.records if "resumed fit" in r.getMessage()]
 
 
 @pytest.mark.fault(
