@@ -481,7 +481,8 @@ def _descend(start: str, folders_only: bool, once: bool) -> list[str]:
     real folder or one above it, or a folder it came through). With ``once``, not through a
     second link either into a folder a link has led into already: folders linking to each
     other made every path through them a name (thousands for seven folders), and the files
-    are the same under each. Sorted names, depth first, decide which link is the first."""
+    are the same under each. The first link is the first listed: folders are listed depth
+    first, each folder's names in sorted order, and a link counts when its folder is listed."""
     found = [start]
     real = Path(os.path.realpath(start or "."))
     linked_into: set[tuple[int, int] | None] = set()
