@@ -19,6 +19,7 @@ from jsonargparse import ArgumentError
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from docclass.artifacts.encoders import encoder_model_settings, locate_encoder
 from docclass.artifacts.load import verify_checkpoint
@@ -131,19 +132,24 @@ class TrainingCLI(LightningCLI):
         # LightningCLI reads the checkpoint's hyperparameters here, before any hook of ours runs;
         # check the file first so a missing or damaged one gets a one-line error.
         subcommand = self.config.get("subcommand")
-        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        section = self.config[subcommand] if subcommand else None
+        ckpt_path = section.get("ckpt_path") if section is not None else None
+        if ckpt_path == "last":
+            # Lightning's CLI reads a named file's settings but not `last`'s, so the config's
+            # built another network than the weights it resumed, silently; read them alike.
+            ckpt_path = self._named_checkpoint(section, "last")
         if ckpt_path and ckpt_path not in LIGHTNING_CKPT_ALIASES:
             verify_checkpoint(ckpt_path)
-        given = self.config[subcommand].get("model") if subcommand == "fit" else None
-        given = given.as_dict() if given is not None else {}
-        if given:
-            # Only what a config or a flag set: a run resumed without --config would name
-            # every built-in default the checkpoint's run had changed.
-            defaults = self._subcommand_parsers[subcommand].get_defaults().get("model")
-            defaults = defaults.as_dict() if defaults is not None else {}
-            given = {name: value for name, value in given.items()
-                     if str(value) != str(defaults.get(name))}  # fmt: skip
-        super()._parse_ckpt_path()
+        given = self._given_model_settings(subcommand)
+        if ckpt_path and ckpt_path != section.get("ckpt_path"):
+            section.ckpt_path = ckpt_path
+            try:
+                super()._parse_ckpt_path()
+            finally:
+                # Lightning still resolves `last` itself, as it always did.
+                self.config[subcommand].ckpt_path = "last"
+        else:
+            super()._parse_ckpt_path()
         kept = self.config[subcommand].get("model") if given else None
         kept = kept.as_dict() if kept is not None else {}
         # Lightning's CLI replaces the model's settings with the checkpoint's, the ones given
@@ -154,21 +160,40 @@ class TrainingCLI(LightningCLI):
             # 32 from YAML and "32" from the command line are one setting.
             if kept and value != kept.get(name) and str(value) != str(kept.get(name))
         ]
-        if replaced:
+        # Every DDP rank parses the command line; one warning is enough.
+        if replaced and rank_zero_only.rank == 0:
             log.warning(
                 "%s: a resumed fit keeps its checkpoint's model settings; not used: %s. Start "
                 "a new run (without --ckpt_path) to train with them",
                 ckpt_path, ", ".join(replaced),
             )  # fmt: skip
 
+    def _given_model_settings(self, subcommand: str | None) -> dict:
+        """The model settings a config or a flag gave a fit: those differing from the parser's
+        defaults (a run resumed without --config would otherwise name every built-in default
+        the checkpoint's run had changed)."""
+        given = self.config[subcommand].get("model") if subcommand == "fit" else None
+        given = given.as_dict() if given is not None else {}
+        if not given:
+            return {}
+        defaults = self._subcommand_parsers[subcommand].get_defaults().get("model")
+        defaults = defaults.as_dict() if defaults is not None else {}
+        return {name: value for name, value in given.items()
+                if str(value) != str(defaults.get(name))}  # fmt: skip
+
+    @staticmethod
+    def _named_checkpoint(section, alias: str) -> str | None:
+        """The file Lightning's ``last``/``best`` names in this run's folder, if it is there."""
+        run_dir = Path(section.trainer.get("default_root_dir") or DEFAULT_RUN_DIR)
+        named = run_dir / "checkpoints" / f"{alias}.ckpt"
+        return str(named) if named.is_file() else None
+
     def before_instantiate_classes(self) -> None:
         config = self._subcommand_section(self.config)
         ckpt_path = config.get("ckpt_path")
         if ckpt_path in ("last", "best"):
             # Lightning finds these itself, later; the tokenizer must come from the same file.
-            run_dir = Path(config.trainer.get("default_root_dir") or DEFAULT_RUN_DIR)
-            named = run_dir / "checkpoints" / f"{ckpt_path}.ckpt"
-            ckpt_path = str(named) if named.is_file() else None
+            ckpt_path = self._named_checkpoint(config, ckpt_path)
         if ckpt_path and ckpt_path not in LIGHTNING_CKPT_ALIASES and not config.data.tokenizer_from:
             # A checkpoint's weights only make sense with its own tokenizer and label order (a
             # WordPiece tokenizer trained again can differ: tokenizers 0.23 breaks ties in hash

@@ -548,6 +548,41 @@ def test_a_resumed_fit_names_the_given_model_settings_it_does_not_use(tmp_path, 
 
 
 @pytest.mark.fault(
+    "a fit resumed with `--ckpt_path last` and model settings other than its checkpoint's "
+    "(`--model.n_heads 8` where it was saved with 2)",
+    "the checkpoint's settings build the network, as for a named file, and one warning names "
+    "the setting not used (Lightning's CLI reads `last`'s settings not at all: the config's "
+    "built another network around the saved weights)",
+)
+def test_a_fit_resumed_from_last_builds_the_network_its_checkpoint_was_saved_with(
+    tmp_path, caplog, monkeypatch
+):
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+    from docclass.cli import main
+
+    def fit(*extra):
+        caplog.clear()
+        main(
+            ["fit", "--config", str(CONFIGS / "tiny.yaml"), "--trainer.callbacks=[]",
+             "--report_after_fit", "false", "--trainer.default_root_dir", str(tmp_path), *extra]
+        )  # fmt: skip
+        return [r.getMessage() for r in caplog.records if "resumed fit" in r.getMessage()]
+
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    assert fit("--trainer.max_epochs", "1") == []
+    said = fit("--trainer.max_epochs", "2", "--ckpt_path", "last", "--model.n_heads", "8")
+    assert len(said) == 1 and "not used: n_heads 8 (the checkpoint's: 2)." in said[0], said
+    assert str(last) in said[0]
+    resumed = torch.load(last, weights_only=True)
+    assert resumed["epoch"] == 1 and resumed["hyper_parameters"]["n_heads"] == 2
+    # Every DDP rank parses the command line: only rank 0 says so.
+    monkeypatch.setattr(rank_zero_only, "rank", 1)
+    assert fit("--trainer.max_epochs", "2", "--ckpt_path", "last", "--model.n_heads", "8",
+               "--test_after_fit", "false") == []  # fmt: skip
+
+
+@pytest.mark.fault(
     "SIGKILL while a checkpoint is being written",
     "the previous checkpoint loads whole; the next save removes the partial file left behind",
 )
