@@ -64,11 +64,12 @@ def deduplicate(
 
 
 def label_sort_key(name: str) -> tuple[int, int | str]:
-    """Integer label names sort as numbers ("2" before "10"), the rest as text, after them."""
+    """Integer label names sort as numbers ("2" before "10"), the rest as text, after them;
+    "007" and "7" by their spelling, so the order never depends on a set's."""
     try:
-        return (0, int(name))
+        return (0, int(name), name)
     except ValueError:
-        return (1, name)
+        return (1, 0, name)
 
 
 def encode_labels(
@@ -100,24 +101,44 @@ def encode_labels(
                 f"{dataset['id'][blank[0]]!r}); fill the label or drop those rows"
             )
 
-    label_names = (
-        wanted_names
-        or source_names
-        or sorted(set(as_names(splits["train"]["label"])), key=label_sort_key)
-    )
+    trained = set(as_names(splits["train"]["label"]))
+    if not wanted_names and not source_names:
+        _refuse_spellings_of_one_label(trained, source)
+    label_names = wanted_names or source_names or sorted(trained, key=label_sort_key)
     index = {name: i for i, name in enumerate(label_names)}
+    if not wanted_names:
+        # A source's class list (ClassLabel) can name a class no training document has: its
+        # held-out documents would all be scored wrong, as a plain label's are refused below.
+        index = {name: i for name, i in index.items() if name in trained}
     encoded = {}
     for split, dataset in splits.items():
         names = as_names(dataset["label"])
         unseen = sorted(set(names) - index.keys())
         if unseen:
+            known = "the checkpoint's labels" if wanted_names else "the training split's labels"
             raise DataError(
-                f"{source} ({split}): label(s) {unseen[:5]} are not among the known labels "
-                f"{label_names[:10]}; fix label_column or the data"
+                f"{source} ({split}): label(s) {unseen[:5]} are not among {known} "
+                f"{[name for name in label_names if name in index][:10]}; fix label_column or "
+                "the data"
             )
         ids = [index[name] for name in names]
         encoded[split] = dataset.remove_columns("label").add_column("label", ids)
     return encoded, label_names
+
+
+def _refuse_spellings_of_one_label(names: set[str], source: str) -> None:
+    """Labels that differ only in case or surrounding spaces (``"sport"``, ``" sport"``,
+    ``"Sport"``) are one class spelt twice; trained apart, each would get half its documents."""
+    spellings: dict[str, list[str]] = {}
+    for name in sorted(names):
+        spellings.setdefault(name.strip().casefold(), []).append(name)
+    twice = [found for found in spellings.values() if len(found) > 1]
+    if twice:
+        raise DataError(
+            f"{source}: label(s) {twice[0]} differ only in case or spaces"
+            f"{f' (and {len(twice) - 1} more such group(s))' if len(twice) > 1 else ''}; spell "
+            "each class one way in the data"
+        )
 
 
 def stratified_split(

@@ -35,6 +35,15 @@ log = logging.getLogger(__name__)
 FILE_FORMATS = {".csv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
 
+def csv_options(text_column: str, label_column: str | None) -> dict:
+    """How ``datasets`` reads a CSV here: the text, label and id cells as written. pandas
+    would guess: "NA", "null" or "N/A" become missing (such classes merged, such documents
+    dropped as empty), and labels ``1.10`` and ``1.1`` (or ``007`` and ``7``) one number, so
+    one class; ids would lose their leading zeros."""
+    columns = {text_column, "id"} | ({label_column} if label_column else set())
+    return {"keep_default_na": False, "converters": {column: str for column in columns}}
+
+
 @dataclass
 class SourceSpec:
     """Where the documents come from and which columns hold text and label."""
@@ -45,7 +54,8 @@ class SourceSpec:
     label_column: str | None = "label"  # None: unlabelled documents (reports, bulk use)
     train_split: str = "train"  # split names used when the source ships its own splits
     val_split: str | None = None  # None: carve validation out of train
-    test_split: str | None = "test"  # None or absent: carve test out of train
+    # None, or the default name absent: carve test out of train.
+    test_split: str | None = "test"
     # False (reports, bulk use): a hub row marked unlabelled (-1) keeps no label instead of
     # being refused.
     labels_required: bool = True
@@ -317,10 +327,14 @@ def _load_with_datasets(spec: SourceSpec) -> datasets.DatasetDict:
                     f"{spec.source}: unsupported file type {path.suffix!r}; "
                     f"use one of {', '.join(FILE_FORMATS)}"
                 )
-            # A CSV's "NA", "null" or "N/A" is a label or a text, not a missing value: pandas'
-            # default would merge such classes into one and drop such documents as empty.
-            options = {"keep_default_na": False} if builder == "csv" else {}
+            options = csv_options(spec.text_column, spec.label_column) if builder == "csv" else {}
             return datasets.load_dataset(builder, data_files={"train": str(path)}, **options)
+        if path.is_dir():
+            layout = datasets.load_dataset_builder(spec.source, spec.hub_config)
+            _check_every_data_file_is_read(path, layout.config.data_files)
+            if layout.name == "csv":
+                options = csv_options(spec.text_column, spec.label_column)
+                return datasets.load_dataset(spec.source, spec.hub_config, **options)
         return datasets.load_dataset(spec.source, spec.hub_config)
     except DataError:
         raise
@@ -343,6 +357,57 @@ def _load_with_datasets(spec: SourceSpec) -> datasets.DatasetDict:
         raise DataError(f"{spec.source}: could not be read: {one_line(cause)}{hint}") from error
 
 
+def _check_every_data_file_is_read(folder: Path, data_files) -> None:
+    """Refuse a dataset folder whose layout leaves data files out. ``datasets`` reads only
+    files named by split (``train*.csv``, ``test*.csv``…) once one file is, and of a split
+    in two formats only the commoner: the rest would be lost without a word."""
+    if _card_lists_configs(folder):
+        return  # a hub dataset's copy: its card names each configuration's files on purpose
+    read = {Path(f).resolve() for files in (data_files or {}).values() for f in files}
+    on_disk = sorted(
+        f for f in folder.rglob("*")
+        if f.suffix.lower() in FILE_FORMATS and f.is_file() and not f.name.startswith("_")
+        and not any(part.startswith(".") for part in f.relative_to(folder).parts)
+    )  # fmt: skip
+    left_out = [str(f.relative_to(folder)) for f in on_disk if f.resolve() not in read]
+    if left_out:
+        raise DataError(
+            f"{folder}: the dataset-folder layout reads {len(on_disk) - len(left_out)} of its "
+            f"{len(on_disk)} data files and leaves out {left_out[:5]}; name every file by its "
+            "split (train*.csv, validation*.csv, test*.csv, in one format) or move the others out"
+        )
+
+
+def _card_lists_configs(folder: Path) -> bool:
+    """True when the folder's README.md front matter has a ``configs:`` section."""
+    card = folder / "README.md"
+    if not card.is_file():
+        return False
+    lines = card.read_text(encoding="utf-8", errors="replace").splitlines()
+    if not lines or lines[0].strip() != "---":
+        return False
+    front = itertools.takewhile(lambda line: line.strip() != "---", lines[1:])
+    return any(line.startswith("configs:") for line in front)
+
+
+def _check_columns_hold_one_value(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> None:
+    """A text column of numbers, or a label column of lists (multi-label, as in go_emotions),
+    would be read as text by ``str``: a list's spelling becomes a class of its own."""
+    text = dataset.features[spec.text_column]
+    if not (isinstance(text, datasets.Value) and text.dtype in ("string", "large_string")):
+        raise DataError(
+            f"{spec.source} ({split}): text column {spec.text_column!r} holds {text}, not "
+            "text; set data.text_column to the column of documents"
+        )
+    label = dataset.features.get(spec.label_column) if spec.label_column else None
+    if label is not None and not isinstance(label, datasets.Value | datasets.ClassLabel):
+        raise DataError(
+            f"{spec.source} ({split}): label column {spec.label_column!r} holds {label}, not "
+            "one label per document (multi-label data is not supported); set "
+            "data.label_column to a single-label column"
+        )
+
+
 def _standardise(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> datasets.Dataset:
     """Keep ``text`` and ``label`` (renamed from the configured columns) and ``id``: the
     source's own id column when it has one, else the row number (1 for the first row) of a
@@ -354,6 +419,7 @@ def _standardise(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> dat
             f"{spec.source} ({split}): column(s) {missing} not found; it has {dataset.column_names}"
             " — set text_column / label_column"
         )
+    _check_columns_hold_one_value(dataset, spec, split)
     keep = {spec.text_column: "text"}
     if spec.label_column:
         keep[spec.label_column] = "label"
@@ -368,6 +434,9 @@ def _standardise(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> dat
         dataset = dataset.cast_column("id", datasets.Value("string"))
     return dataset
 
+
+# The test split looked for when none is named; a source without it carves test from train.
+DEFAULT_TEST_SPLIT = SourceSpec.test_split
 
 # What a source's own validation split is commonly called.
 VALIDATION_SPLIT_NAMES = ("validation", "valid", "val", "dev")
@@ -439,7 +508,8 @@ def load_source(spec: SourceSpec) -> LoadedSource:
     ):
         if name and name in loaded:
             splits[role] = _labels_as_names(_standardise(loaded[name], spec, name), spec, name)
-        elif name and role == "val":
+        elif name and (role == "val" or (role == "test" and name != DEFAULT_TEST_SPLIT)):
+            # A test split named but absent (misspelt) would be carved from training instead.
             raise DataError(f"{spec.source}: has no split {name!r} (it has {list(loaded)})")
     splits = _with_unique_ids(splits, spec)
     log.info("loaded %s splits %s", spec.source, [s for s in wanted if s in loaded])

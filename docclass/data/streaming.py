@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from docclass.data.batching import length_batches, padded_length
 from docclass.data.cleaning import label_sort_key, whitespace_key
-from docclass.data.sources import FILE_FORMATS, looks_like_a_missing_path
+from docclass.data.sources import FILE_FORMATS, csv_options, looks_like_a_missing_path
 from docclass.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -55,8 +55,8 @@ def open_stream(
             )
         try:
             builder = kinds.pop()
-            # A CSV's "NA" or "null" is a text or a label, not a missing value (as for a source).
-            options = {"keep_default_na": False} if builder == "csv" else {}
+            # The cells as written, as for a source (a label "1.10" must not become 1.1).
+            options = csv_options(text_column, label_column) if builder == "csv" else {}
             # datasets reads the first rows here to learn the columns.
             loaded = datasets.load_dataset(
                 builder, data_files=files, split="train", streaming=True, **options

@@ -11,7 +11,7 @@ from helpers import AG_NEWS_CLASSES, topical_rows, write_ag_news_like
 from tokenizers import Tokenizer
 
 from docclass.data.batching import collate
-from docclass.data.cleaning import deduplicate, whitespace_key
+from docclass.data.cleaning import deduplicate, label_sort_key, whitespace_key
 from docclass.data.samplers import BucketBatchSampler
 from docclass.data.sources import SourceSpec, decode_text, load_source, local_source_path
 from docclass.data.streaming import open_stream
@@ -451,6 +451,114 @@ def test_csv_placeholders_are_values_not_missing(tmp_path):
     train = load_source(SourceSpec(str(path))).splits["train"]
     assert list(train["text"]) == ["NA", "some text", "more text"]
     assert list(train["label"]) == ["NA", "null", "N/A"]
+
+
+@pytest.mark.fault(
+    "CSV labels or ids that read as numbers (`1.10` beside `1.1`, `007` beside `7`), in a "
+    "file, a folder of CSVs or a stream",
+    "read as written: each spelling its own class, ids keep their zeros (pandas' guess made "
+    "`1.10` and `1.1` one class)",
+)
+def test_csv_cells_are_read_as_written_never_as_numbers(tmp_path):
+    rows = "".join(f"{i:03d},doc {i} words,{label}\n" for i, label in
+                   enumerate(["1.10", "1.1", "007", "7", "NA"] * 10))  # fmt: skip
+    (tmp_path / "folder").mkdir()
+    for path in (tmp_path / "d.csv", tmp_path / "folder" / "train.csv"):
+        path.write_text("id,text,label\n" + rows)
+        train = load_source(SourceSpec(str(path))).splits["train"]
+        assert sorted(set(train["label"])) == ["007", "1.1", "1.10", "7", "NA"], path
+        assert train["id"][:2] == ["000", "001"]
+    streamed = list(open_stream(str(tmp_path / "d.csv")))
+    assert [row["label"] for row in streamed[:5]] == ["1.10", "1.1", "007", "7", "NA"]
+    datamodule = DocDataModule(source=str(tmp_path / "d.csv"), tokenizer=SMALL_TOKENIZER)
+    datamodule.prepare()
+    assert datamodule.label_names == ["007", "7", "1.1", "1.10", "NA"]  # numbers by spelling
+    assert sorted(["7", "007"], key=label_sort_key) == sorted(["007", "7"], key=label_sort_key)
+
+
+@pytest.mark.fault(
+    "a dataset folder whose layout leaves data files out (`holdout.csv` beside `train.csv`; "
+    "a split in two formats)",
+    "one line naming the files left out and how to name them; never trained without them",
+)
+def test_a_dataset_folder_that_leaves_data_files_out_is_refused(tmp_path):
+    def write(name):
+        path = tmp_path / "hub" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("text,label\n" + "".join(f"{name} {i},a\n" for i in range(6)))
+
+    for name in ("train.csv", "test.csv", "holdout.csv", "_notes.csv", ".hidden/x.csv"):
+        write(name)
+    message = one_line_error(source=str(tmp_path / "hub"))
+    assert "reads 2 of its 3 data files and leaves out ['holdout.csv']" in message
+    (tmp_path / "hub" / "holdout.csv").unlink()
+    assert len(load_source(SourceSpec(str(tmp_path / "hub"))).splits["test"]) == 6
+    write("train-0.csv")
+    for k in (1, 2):
+        (tmp_path / "hub" / f"train-{k}.jsonl").write_text('{"text": "b", "label": "b"}\n')
+    for name in ("train.csv", "test.csv"):
+        (tmp_path / "hub" / name).unlink()
+    message = one_line_error(source=str(tmp_path / "hub"))
+    assert "reads 2 of its 3 data files and leaves out ['train-0.csv']" in message
+
+
+@pytest.mark.fault(
+    "data.test_split naming a split the source lacks (`tests` for `test`)",
+    "one line naming the splits it has; never a test set carved from training instead",
+)
+def test_a_named_test_split_the_source_lacks_is_refused(tmp_path):
+    write_ag_news_like(tmp_path / "hub", 20)
+    message = one_line_error(source=str(tmp_path / "hub"), test_split="tests")
+    assert "has no split 'tests' (it has ['train', 'test'])" in message
+
+
+@pytest.mark.fault(
+    "a label column of lists (multi-label) or a text column of numbers",
+    "one line naming the column and what it holds; never a class per list spelling",
+)
+def test_a_column_that_does_not_hold_one_value_is_refused(tmp_path):
+    features = datasets.Features(
+        {"text": datasets.Value("string"), "labels": datasets.Sequence(datasets.ClassLabel(
+            names=["joy", "anger"]))}
+    )  # fmt: skip
+    rows = {"text": [f"doc {i}" for i in range(20)], "labels": [[0], [0, 1]] * 10}
+    path = str(tmp_path / "multi.parquet")
+    datasets.Dataset.from_dict(rows, features=features).to_parquet(path)
+    message = one_line_error(source=path, label_column="labels")
+    assert "label column 'labels' holds" in message and "multi-label" in message
+    numbers = tmp_path / "numbers.jsonl"
+    numbers.write_text("".join(json.dumps({"text": i, "label": "a"}) + "\n" for i in range(9)))
+    assert "text column 'text' holds Value('int64')" in one_line_error(source=str(numbers))
+
+
+@pytest.mark.fault(
+    "labels spelt two ways (`sport`, ` sport`, `Sport`)",
+    "one line naming the spellings; never two classes of one",
+)
+def test_labels_spelt_two_ways_are_refused(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text(
+        "text,label\n"
+        + "".join(
+            f"doc {i} words,{('sport', ' sport', 'Sport', 'tech')[i % 4]}\n" for i in range(20)
+        )  # fmt: skip
+    )
+    message = one_line_error(source=str(path))
+    assert "label(s) [' sport', 'Sport', 'sport'] differ only in case or spaces" in message
+
+
+@pytest.mark.fault(
+    "a ClassLabel class with test documents and no training document",
+    "one line naming the class; never an output no document trained, scored on test",
+)
+def test_a_class_label_without_training_documents_is_refused(tmp_path):
+    rows = topical_rows(20)
+    _class_label_parquet(tmp_path / "hub" / "data" / "train-0.parquet", rows["text"],
+                         [label % 2 for label in rows["label"]], AG_NEWS_CLASSES)  # fmt: skip
+    _class_label_parquet(tmp_path / "hub" / "data" / "test-0.parquet", rows["text"],
+                         rows["label"], AG_NEWS_CLASSES)  # fmt: skip
+    message = one_line_error(source=str(tmp_path / "hub"))
+    assert f"label(s) {sorted(AG_NEWS_CLASSES[2:])} are not among the training split's" in message
 
 
 @pytest.mark.fault(
