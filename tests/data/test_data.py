@@ -394,6 +394,30 @@ def test_class_folders_skip_system_folders_and_hidden_files_and_read_any_case(tm
     assert load_source(SourceSpec(str(tmp_path))).label_names == ["__label__x", "sport", "tech"]
 
 
+@pytest.mark.fault(
+    "class folders with entries docclass does not read (numbered files without `.txt`, a "
+    "class's sub-folder, a `.txt` beside the classes), or beside a dataset's data files",
+    "a warning naming the entries not read; class folders beside data files (`train.csv`, "
+    "`data/*.parquet`) refused in one line, never a `notes/` folder trained as the corpus",
+)
+def test_class_folders_name_what_they_do_not_read_and_never_hide_data_files(tmp_path, caplog):
+    for name in ("sport/a.txt", "sport/51060", "sport/2019/b.txt", "tech/c.txt", "stray.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("goal match chip code")
+    with caplog.at_level(logging.WARNING, logger="docclass"):
+        loaded = load_source(SourceSpec(str(tmp_path)))
+    assert list(loaded.splits["train"]["id"]) == ["sport/a.txt", "tech/c.txt"]
+    assert "3 entries not read" in caplog.text
+    assert "['stray.txt', 'sport/2019', 'sport/51060']" in caplog.text
+    hub = write_ag_news_like(tmp_path / "hub", 20)
+    (hub / "notes").mkdir()
+    (hub / "notes" / "how_collected.txt").write_text("we collected it")
+    message = one_line_error(source=str(hub))
+    assert "holds both sub-folders of .txt files and data files (['data/test-" in message
+    (hub / "train.csv").write_text("text,label\na,b\n")
+    assert "(['train.csv', 'data/test-" in one_line_error(source=str(hub))
+
+
 def test_max_docs_per_class_beside_a_split_file_says_it_is_not_applied(bbc, tmp_path, caplog):
     bbc.write_split(tmp_path / "split.json")
     with caplog.at_level(logging.INFO, logger="docclass"):
