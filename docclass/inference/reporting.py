@@ -88,21 +88,27 @@ def documents_from_datamodule(datamodule: DocDataModule, split: str) -> Document
 def _documents_from_source(
     source: str, split: str, text_column: str, label_column: str | None
 ) -> Documents:
+    # load_source keys splits by role: any split but train and test is asked for as the
+    # validation one, which it refuses when absent (`validation` explained train's documents).
+    role = split if split in ("train", "test") else "val"
     loaded = load_source(
         SourceSpec(
             source=source,
             text_column=text_column,
             label_column=label_column,
+            val_split=split if role == "val" else None,
             labels_required=False,  # an unlabelled document is explained all the same
         )
     )
-    chosen = split if split in loaded.splits else "train"
+    chosen = role if role in loaded.splits else "train"
     dataset = loaded.splits[chosen]
     if Path(source).is_file():
         # One file has no splits: every row is explained, whatever --split says.
         chosen = "all rows"
-    elif chosen != split:
-        log.info("%s has no %r split: explaining all %s documents", source, split, chosen)
+    elif chosen != role:
+        log.warning("%s has no %r split: explaining all %s documents", source, split, chosen)
+    else:
+        chosen = split
     if "label" in dataset.column_names:
         # Names already (load_source decodes them); a blank or missing label is no label, not
         # a class called "" that every prediction would miss.

@@ -20,6 +20,7 @@ from helpers import (
 )
 
 from docclass.cli import main
+from docclass.errors import DataError
 from docclass.evaluate.agreement import add_agreement
 from docclass.evaluate.counterfactual import add_counterfactuals
 from docclass.evaluate.erasure import beats_random
@@ -750,3 +751,20 @@ def test_a_hub_split_marked_unlabelled_is_explained_without_labels(tmp_path):
         ).to_parquet(str(tmp_path / "data" / f"{split}-0.parquet"))
     documents = load_documents(str(tmp_path), ckpt="not read for a data file", split="test")
     assert documents.labels == [None, None] and documents.texts == ["first text", "second text"]
+
+
+@pytest.mark.fault(
+    "`docclass report --data <dataset folder> --split validation` (or a split the folder lacks)",
+    "that split's documents explained, under its name; a split other than train or test that "
+    "is absent refused in one line naming the splits (it explained the training split)",
+)
+def test_a_report_of_a_sources_validation_split_explains_that_split(tmp_path):
+    for name, count in (("train", 5), ("validation", 3), ("test", 4)):
+        rows = "".join(f"{name} doc {i},a\n" for i in range(count))
+        (tmp_path / f"{name}.csv").write_text("text,label\n" + rows)
+    documents = load_documents(str(tmp_path), ckpt="not read", split="validation")
+    assert documents.texts == [f"validation doc {i}" for i in range(3)]
+    assert "· validation (3 documents)" in documents.description
+    assert len(load_documents(str(tmp_path), ckpt="not read", split="test").texts) == 4
+    with pytest.raises(DataError, match=r"has no split 'dev' \(it has \['train', 'validation'"):
+        load_documents(str(tmp_path), ckpt="not read", split="dev")
