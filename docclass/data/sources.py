@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
+import pyarrow
 
 from docclass.errors import DataError, one_line
 
@@ -425,6 +426,12 @@ def _standardise(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> dat
     """Keep ``text`` and ``label`` (renamed from the configured columns) and ``id``: the
     source's own id column when it has one, else the row number (1 for the first row) of a
     single file, or ``<split>/<index>`` for a dataset with splits."""
+    if spec.label_column == spec.text_column or (spec.labels_required and not spec.label_column):
+        # Renamed to text and label, one column cannot be both; training needs a label.
+        raise DataError(
+            f"{spec.source}: data.text_column {spec.text_column!r} and data.label_column "
+            f"{spec.label_column!r}: name two different columns, the label one for training"
+        )
     wanted = [spec.text_column] + ([spec.label_column] if spec.label_column else [])
     missing = [c for c in wanted if c not in dataset.column_names]
     if missing:
@@ -438,6 +445,15 @@ def _standardise(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> dat
         keep[spec.label_column] = "label"
     has_id = "id" in dataset.column_names and "id" not in keep
     dataset = dataset.select_columns([*keep] + (["id"] if has_id else []))
+    try:
+        # JSON and Parquet readers take string bytes unchecked: a file saved as Windows-1252
+        # failed later with a bare UnicodeDecodeError naming no file.
+        dataset.data.table.validate(full=True)
+    except pyarrow.ArrowInvalid as error:
+        raise DataError(
+            f"{spec.source}: could not be read: its {split} split is not valid UTF-8 "
+            f"({one_line(error)}); save it as UTF-8"
+        ) from error
     dataset = dataset.rename_columns({k: v for k, v in keep.items() if k != v})
     if not has_id:
         single_file = Path(spec.source).is_file()

@@ -537,7 +537,8 @@ def test_a_named_test_split_the_source_lacks_is_refused(tmp_path):
 
 
 @pytest.mark.fault(
-    "a label column of lists (multi-label) or a text column of numbers",
+    "a label column of lists (multi-label), a text column of numbers, one column named for "
+    "both, or no label column for training",
     "one line naming the column and what it holds; never a class per list spelling",
 )
 def test_a_column_that_does_not_hold_one_value_is_refused(tmp_path):
@@ -550,6 +551,10 @@ def test_a_column_that_does_not_hold_one_value_is_refused(tmp_path):
     datasets.Dataset.from_dict(rows, features=features).to_parquet(path)
     message = one_line_error(source=path, label_column="labels")
     assert "label column 'labels' holds" in message and "multi-label" in message
+    table = tmp_path / "d.csv"
+    table.write_text("text,label\n" + "".join(f"t {i},{'ab'[i % 2]}\n" for i in range(20)))
+    for columns in ({"label_column": None}, {"label_column": "text"}, {"text_column": "label"}):
+        assert "name two different columns" in one_line_error(source=str(table), **columns)
     numbers = tmp_path / "numbers.jsonl"
     numbers.write_text("".join(json.dumps({"text": i, "label": "a"}) + "\n" for i in range(9)))
     assert "text column 'text' holds Value('int64')" in one_line_error(source=str(numbers))
@@ -841,6 +846,12 @@ def test_empty_dataset(tmp_path):
         ("latin1.csv", b"text,label\n\xff\xfe caf\xe9,a\nok,b\n", "save it as UTF-8"),
         ("empty.csv", b"", "No columns to parse"),
         ("broken.jsonl", b'{"text": "a", "label": 1}\n{broken\n', "could not be read"),
+        # JSON's reader takes the bytes unchecked; a bare UnicodeDecodeError came later.
+        (
+            "cp1252.jsonl",
+            b'{"text": "caf\xe9", "label": "a"}\n',
+            "its train split is not valid UTF-8",
+        ),
     ],
 )
 @pytest.mark.fault(
