@@ -73,6 +73,26 @@ class InputDocument:
     error: str | None = None
     warning: str | None = None
 
+    def __post_init__(self) -> None:
+        # A file name that is not UTF-8 reaches Python as lone surrogates, which no writer can
+        # encode: one such name ended the whole run. Its bad bytes are spelt out (caf\xe9.txt),
+        # so two such names stay two ids.
+        self.id = printable_name(self.id)
+
+
+def printable_name(name: str) -> str:
+    """``name`` as UTF-8 can write it: bytes a decoder kept as surrogates as ``\\xe9``, any
+    other lone surrogate as ``\\ud800``."""
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        pass
+    try:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
+
 
 def decode_document(raw: bytes) -> tuple[str | None, str | None, str | None]:
     """``(text, error, warning)`` for a file's bytes, decoded as training decodes a class

@@ -160,6 +160,27 @@ def test_table_rows_keep_their_own_ids(monkeypatch, capsys, ckpt, tmp_path):
     assert ids == ["A-17", f"{table}:2"]  # an empty id falls back to the row number
 
 
+@pytest.mark.fault(
+    "file names that are not UTF-8 (`caf\\xe9.txt`, `caf\\xe8.txt`), written to JSON Lines or CSV",
+    "each classified under its name with the bad byte spelt out, two names two ids (a lone "
+    "surrogate in the id ended the whole run with UnicodeEncodeError)",
+)
+def test_file_names_that_are_not_utf8_are_classified_under_printable_ids(
+    monkeypatch, capsys, ckpt, tmp_path
+):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for byte in (b"\xe9", b"\xe8"):
+        Path(os.fsdecode(bytes(folder) + b"/caf" + byte + b".txt")).write_text("Shares rose.")
+    for out in ("out.jsonl", "out.csv"):
+        run_classify(monkeypatch, capsys, ckpt, [str(folder), "--out", str(tmp_path / out)])
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    expected = [f"{folder}/caf\\xe8.txt", f"{folder}/caf\\xe9.txt"]
+    assert [row["id"] for row in rows] == expected and all(row["label"] for row in rows)
+    with open(tmp_path / "out.csv", newline="") as handle:
+        assert [row["id"] for row in csv.DictReader(handle)] == expected
+
+
 def test_csv_output_parses_with_a_column_per_class(monkeypatch, capsys, ckpt, inputs, tmp_path):
     out_file = tmp_path / "out.csv"
     run_classify(monkeypatch, capsys, ckpt, [*arguments(inputs), "--out", str(out_file)])
