@@ -234,6 +234,20 @@ def _votes(body: bytes) -> tuple[int, int]:
 SYSTEM_FOLDERS = frozenset({"__MACOSX", "__pycache__"})
 
 
+def printable_name(name: str) -> str:
+    """``name`` as UTF-8 can write it: bytes a decoder kept as surrogates as ``\\xe9``, any
+    other lone surrogate as ``\\ud800``."""
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        pass
+    try:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def read_class_folders(root: Path, legacy_level: int = logging.WARNING) -> LoadedSource:
     """Read ``root/<class>/*.txt``: one document per file, its class named by its folder.
 
@@ -274,9 +288,10 @@ def read_class_folders(root: Path, legacy_level: int = logging.WARNING) -> Loade
                 continue
             text, was_legacy = decode_text(raw)
             legacy += was_legacy
-            ids.append(f"{class_dir.name}/{path.name}")
+            # A name that is not UTF-8 (lone surrogates) fails every writer, pyarrow's first.
+            ids.append(printable_name(f"{class_dir.name}/{path.name}"))
             texts.append(text)
-            labels.append(class_dir.name)
+            labels.append(printable_name(class_dir.name))
     if binary:
         log.warning(
             "%d .txt file(s) in %s are binary, not text, and were skipped (first: %s)",
@@ -305,7 +320,7 @@ def read_class_folders(root: Path, legacy_level: int = logging.WARNING) -> Loade
     dataset = datasets.Dataset.from_dict({"id": ids, "text": texts, "label": labels})
     return LoadedSource(
         {"train": dataset},
-        [d.name for d in class_dirs],
+        [printable_name(d.name) for d in class_dirs],
         {"non_utf8_files": legacy, "binary_files_skipped": len(binary)},
     )
 

@@ -49,7 +49,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from docclass.data.sources import UTF16_MARKS, UTF32_MARKS, binary_reason, decode_text
+from docclass.data.sources import (
+    UTF16_MARKS,
+    UTF32_MARKS,
+    binary_reason,
+    decode_text,
+    printable_name,
+)
 from docclass.errors import ConfigError
 from docclass.inference.classifier import DocClassifier
 from docclass.interpret.records import EMPTY_DOCUMENT
@@ -78,20 +84,6 @@ class InputDocument:
         # encode: one such name ended the whole run. Its bad bytes are spelt out (caf\xe9.txt),
         # so two such names stay two ids.
         self.id = printable_name(self.id)
-
-
-def printable_name(name: str) -> str:
-    """``name`` as UTF-8 can write it: bytes a decoder kept as surrogates as ``\\xe9``, any
-    other lone surrogate as ``\\ud800``."""
-    try:
-        name.encode("utf-8")
-        return name
-    except UnicodeEncodeError:
-        pass
-    try:
-        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    except UnicodeEncodeError:
-        return name.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def decode_document(raw: bytes) -> tuple[str | None, str | None, str | None]:

@@ -1,6 +1,8 @@
 import json
 import logging
+import os
 import shutil
+from pathlib import Path
 
 import datasets
 import pyarrow as pa
@@ -416,6 +418,22 @@ def test_class_folders_name_what_they_do_not_read_and_never_hide_data_files(tmp_
     assert "holds both sub-folders of .txt files and data files (['data/test-" in message
     (hub / "train.csv").write_text("text,label\na,b\n")
     assert "(['train.csv', 'data/test-" in one_line_error(source=str(hub))
+
+
+@pytest.mark.fault(
+    "class folders whose file or folder names are not UTF-8 (`caf\\xe9.txt`, `m\\xfasica/`)",
+    "read, the bad bytes spelt out in ids and class names (a lone surrogate ended training "
+    "with a bare UnicodeEncodeError)",
+)
+def test_class_folder_names_that_are_not_utf8_are_read_with_printable_names(tmp_path):
+    for name in (b"sport/caf\xe9.txt", b"m\xfasica/a.txt"):
+        path = Path(os.fsdecode(bytes(tmp_path) + b"/" + name))
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("goal match")
+    loaded = load_source(SourceSpec(str(tmp_path)))
+    assert loaded.label_names == ["m\\xfasica", "sport"]
+    assert list(loaded.splits["train"]["id"]) == ["m\\xfasica/a.txt", "sport/caf\\xe9.txt"]
+    assert list(loaded.splits["train"]["label"]) == ["m\\xfasica", "sport"]
 
 
 def test_max_docs_per_class_beside_a_split_file_says_it_is_not_applied(bbc, tmp_path, caplog):
