@@ -451,6 +451,14 @@ def test_max_docs_per_class_beside_a_split_file_says_it_is_not_applied(bbc, tmp_
 
 
 # -- bad input: one line naming the problem and the fix ------------------------------------
+def labelled_csv(tmp_path, labels: list[str]) -> str:
+    """A CSV of one short document per label, in order."""
+    path = tmp_path / "d.csv"
+    rows = "".join(f"doc {i} words,{label}\n" for i, label in enumerate(labels))
+    path.write_text("text,label\n" + rows)
+    return str(path)
+
+
 def one_line_error(**settings) -> str:
     with pytest.raises(DataError) as caught:
         DocDataModule(tokenizer=SMALL_TOKENIZER, **settings).prepare()
@@ -583,14 +591,9 @@ def test_a_column_that_does_not_hold_one_value_is_refused(tmp_path):
     "one line naming the spellings; never two classes of one",
 )
 def test_labels_spelt_two_ways_are_refused(tmp_path):
-    path = tmp_path / "d.csv"
-    path.write_text(
-        "text,label\n"
-        + "".join(
-            f"doc {i} words,{('sport', ' sport', 'Sport', 'tech')[i % 4]}\n" for i in range(20)
-        )  # fmt: skip
+    message = one_line_error(
+        source=labelled_csv(tmp_path, ["sport", " sport", "Sport", "tech"] * 5)
     )
-    message = one_line_error(source=str(path))
     assert "label(s) [' sport', 'Sport', 'sport'] differ only in case or spaces" in message
 
 
@@ -613,11 +616,7 @@ def test_a_class_label_without_training_documents_is_refused(tmp_path):
     "one line naming the split, the count and the first id; never a class named None",
 )
 def test_a_blank_label_is_refused(tmp_path):
-    path = tmp_path / "d.csv"
-    path.write_text(
-        "text,label\n" + "".join(f"doc {i} words,{i % 2}\n" for i in range(20)) + "x y,\n"
-    )
-    message = one_line_error(source=str(path))
+    message = one_line_error(source=labelled_csv(tmp_path, ["0", "1"] * 10 + [""]))
     assert "1 document(s) have no label (first: id '21')" in message
 
 
