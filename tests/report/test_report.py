@@ -520,6 +520,15 @@ def test_a_report_of_thirty_classes_stays_readable_in_chromium(browser, tmp_path
         assert page.locator("#lexicon-many h3").text_content().startswith(name)
         rows = page.locator("#lexicon-many table.lexicon tr").count()
         assert rows > 1 or page.locator("#lexicon-many .no-list").count() == 1
+    # The document filters still work beside the class picker (its function once took the
+    # name of the Show menu, and every filter then hid every row).
+    listed = page.locator("#documents tbody tr").count()
+    errors = sum(r["predicted"] != r["label"] for r in records)
+    page.select_option("#show", "error")
+    assert page.locator("#shown").text_content() == f"{errors} of {listed} shown"
+    page.select_option("#show", "all")
+    page.fill("#search", "")
+    assert page.locator("#shown").text_content() == f"{listed} of {listed} shown"
     assert page.evaluate("window.pwned") is None and dialogs == [] and problems == []
 
 

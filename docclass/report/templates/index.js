@@ -65,7 +65,7 @@
     var pageOf = function (position) {
       return lexicon.dir + "/doc-" + String(position).padStart(5, "0") + ".html";
     };
-    var show = function (name) {
+    var showClass = function (name) {
       if (!Object.prototype.hasOwnProperty.call(lexicon.classes, name)) { return; }
       var entry = lexicon.classes[name];
       var block = element("div", undefined, "lexicon-class");
@@ -107,7 +107,7 @@
       holder.textContent = "";
       holder.appendChild(block);
     };
-    picker.addEventListener("input", function () { show(picker.value); });
+    picker.addEventListener("input", function () { showClass(picker.value); });
   }
 })();
 
