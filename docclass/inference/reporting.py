@@ -8,6 +8,7 @@ pages, so the pages can be rebuilt (or analysed) without the model.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import time
@@ -332,6 +333,25 @@ def _calibrated(
     return classifier.with_temperature(calibration["temperature"]), calibration
 
 
+def _known_labels(labels: list[str | None], names: list[str]) -> tuple[list[str | None], str]:
+    """``labels`` with those the model has no class for read as no label, and what the page
+    says of them. Left in, they counted as errors on the pages and in the sample, but the
+    confusion matrix, and so the accuracy, skipped them ("SPORT" for "sport", a new class)."""
+    known = set(names)
+    unknown = collections.Counter(
+        label for label in labels if label is not None and label not in known
+    )
+    if not unknown:
+        return labels, ""
+    said = (
+        f"{sum(unknown.values())} label(s) the model has no class for, read as unlabelled: "
+        f"{', '.join(repr(name) for name, _ in unknown.most_common(3))}"
+        f"{' …' if len(unknown) > 3 else ''}"
+    )
+    log.warning("%s", said)
+    return [label if label in known else None for label in labels], said
+
+
 def make_report(
     classifier: TrainedClassifier,
     documents: Documents,
@@ -374,6 +394,9 @@ def make_report(
     texts, ids, labels = documents.texts[:limit], documents.ids[:limit], documents.labels[:limit]
     started = time.perf_counter()
     population, subtitle = None, documents.description
+    labels, unknown = _known_labels(labels, classifier.label_names)
+    if unknown:
+        subtitle = f"{subtitle} · {unknown}"
     if max_documents is not None and len(texts) > max_documents:
         population, (texts, ids, labels) = _capped(
             classifier, texts, ids, labels, max_documents, device

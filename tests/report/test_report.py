@@ -552,6 +552,27 @@ def test_a_capped_report_shows_every_error_then_a_stratified_sample():
 
 
 @pytest.mark.fault(
+    "documents to explain whose labels the model has no class for (`SPORT` for `sport`, a "
+    "class it never learned)",
+    "read as unlabelled, counted and named on the page and in a warning; never badged wrong "
+    "while the accuracy skipped them",
+)
+def test_labels_the_model_has_no_class_for_are_read_as_unlabelled(tmp_path):
+    classifier = tiny_classifier(n_layers=1)
+    texts = [f"{DOCUMENTS[i % 3]} {i}" for i in range(6)]
+    labels = [LABELS[0], LABELS[1], LABELS[0].upper(), LABELS[0].upper(), "politics", None]
+    documents = Documents(texts, [str(i) for i in range(6)], labels, "six documents")
+    make_report(classifier, documents, tmp_path, faithfulness=False, counterfactuals=False)
+    records = read_jsonl(tmp_path / "explanations.jsonl.gz")
+    assert [r["label"] for r in records] == labels[:2] + [None] * 4
+    html = (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert "3 label(s) the model has no class for, read as unlabelled: " in html
+    predicted = [r["predicted"] for r in records]
+    errors = sum(p != t for p, t in zip(predicted[:2], labels[:2], strict=True))
+    assert html.count('<span class="badge error">wrong</span>') == errors
+
+
+@pytest.mark.fault(
     "a test split far larger than a report should hold (a hub split of 70,000 documents)",
     "the report explains at most --max_documents (1,000): every error, then a stratified "
     "sample; its headline figures stay those of every document, and the page says so",
