@@ -87,6 +87,7 @@ def doc_class_cli() -> type:
     from docclass.artifacts.load import TrainedClassifier
     from docclass.inference.reporting import documents_from_datamodule, make_report
     from docclass.report.figures import write_run_figures
+    from docclass.train.callbacks import PredictionWriter
     from docclass.train.lightning_cli import TrainingCLI
 
     class DocClassCLI(TrainingCLI):
@@ -133,7 +134,25 @@ def doc_class_cli() -> type:
         def _calibrate(self, classifier, run_dir: Path, device: str) -> None:
             calibrate_after_fit(self.model, self.datamodule, classifier, run_dir, device)
 
+        def before_predict(self) -> None:
+            # predictions.jsonl's probabilities, calibrated as classify's and serve's are.
+            for callback in self.trainer.callbacks:
+                if isinstance(callback, PredictionWriter):
+                    callback.temperature_of = predicted_weights_temperature
+
     return DocClassCLI
+
+
+def predicted_weights_temperature(module, ckpt_path: str | None) -> float | None:
+    """The temperature the checkpoint's run fitted on these weights, None if it fitted none."""
+    from docclass.artifacts.hashing import weights_fingerprint
+    from docclass.inference.model_facts import run_calibration, run_dir_of
+
+    if not ckpt_path:
+        return None
+    fingerprint = functools.partial(weights_fingerprint, module.model.state_dict())
+    calibration = run_calibration(run_dir_of(ckpt_path), fingerprint)
+    return calibration["temperature"] if calibration else None
 
 
 def calibrate_after_fit(module, datamodule, classifier, run_dir: Path, device: str) -> None:

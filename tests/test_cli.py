@@ -124,6 +124,38 @@ def test_predict_writes_one_row_per_document(fitted, tmp_path):
     assert rows[0]["label"] == max(rows[0]["probs"], key=rows[0]["probs"].get)
 
 
+@pytest.mark.fault(
+    "`docclass predict` with a checkpoint whose run fitted a temperature",
+    "`score` and `probs` calibrated as classify's, with `temperature` and `raw_probs` beside "
+    "them (they were the raw softmax, under the names every other path calibrates)",
+)
+def test_predict_writes_the_calibrated_probabilities_classify_gives(fitted, tmp_path):
+    import shutil
+
+    from docclass.artifacts.load import checkpoint_fingerprint
+    from docclass.inference.classifier import DocClassifier
+    from docclass.inference.reporting import load_documents
+
+    run = tmp_path / "run"
+    shutil.copytree(fitted / "checkpoints", run / "checkpoints")
+    ckpt = run / "checkpoints" / "last.ckpt"
+    by_weights = {checkpoint_fingerprint(ckpt): {"temperature": 2.5, "fit": "likelihood"}}
+    (run / "calibration.json").write_text(json.dumps({"by_weights": by_weights}))
+    run_cli("predict", "--config", TINY, "--ckpt_path", str(ckpt),
+            "--trainer.default_root_dir", str(tmp_path / "out"))  # fmt: skip
+    lines = (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()
+    rows = {row["id"]: row for row in map(json.loads, lines)}
+    test = load_documents(TINY, str(ckpt), "test")
+    given = DocClassifier.load(ckpt, "cpu").predict(test.texts[:5])
+    for doc_id, result in zip(test.ids[:5], given, strict=True):
+        row = rows[doc_id]
+        assert row["temperature"] == 2.5 and row["label"] == result["label"]
+        assert row["probs"] == pytest.approx(result["probs"], abs=2e-6)
+        raw = torch.tensor(list(row["raw_probs"].values()))
+        calibrated = (raw.log() / 2.5).softmax(-1).tolist()
+        assert list(row["probs"].values()) == pytest.approx(calibrated, abs=1e-5)
+
+
 def one_line_failure(capsys, *args: str) -> str:
     with pytest.raises(SystemExit) as exit_info:
         run_cli(*args)

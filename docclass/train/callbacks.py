@@ -14,6 +14,7 @@ import os
 import platform
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -373,6 +374,11 @@ class RunReport(pl.Callback):
 class PredictionWriter(BasePredictionWriter):
     """Writes one JSON line per document of the predicted split, as batches finish.
 
+    ``score`` and ``probs`` are calibrated where ``temperature_of`` (set by the command line,
+    which knows where calibrations are kept) finds a temperature for the predicted weights;
+    ``temperature`` says which, and ``raw_probs`` keeps the softmax. A threshold chosen on
+    calibrated probabilities selected other rows on raw ones.
+
     Args:
         path: output file; relative paths are inside the run folder.
     """
@@ -382,6 +388,9 @@ class PredictionWriter(BasePredictionWriter):
         self.path = path
         self._handle = None
         self._sharded = False
+        # (module, checkpoint path) -> the temperature fitted on these weights, or None.
+        self.temperature_of: Callable[[pl.LightningModule, str | None], float | None] | None = None
+        self.temperature: float | None = None
 
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         path = Path(self.path)
@@ -390,6 +399,10 @@ class PredictionWriter(BasePredictionWriter):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.resolved_path = path
         self._sharded = trainer.world_size > 1
+        # The checkpoint's weights are in the module by now.
+        self.temperature = (
+            self.temperature_of(pl_module, trainer.ckpt_path) if self.temperature_of else None
+        )
         if self._sharded:
             # Each rank predicts its own shard into its own file; rank 0 merges them at the end.
             path = self._rank_path(path, trainer.global_rank)
@@ -414,10 +427,13 @@ class PredictionWriter(BasePredictionWriter):
         names = pl_module.label_names
         indices = prediction["index"].tolist()
         rows = split.select(indices)
-        for index, row, probs, truncated in zip(
+        raw = prediction["logits"].softmax(-1)
+        calibrated = (prediction["logits"] / (self.temperature or 1.0)).softmax(-1)
+        for index, row, probs, raw_probs, truncated in zip(
             indices,
             rows,
-            prediction["probs"].tolist(),
+            calibrated.tolist(),
+            raw.tolist(),
             prediction["truncated"].tolist(),
             strict=True,
         ):
@@ -427,9 +443,12 @@ class PredictionWriter(BasePredictionWriter):
                 "label": names[best],
                 "score": probs[best],
                 "probs": dict(zip(names, probs, strict=True)),
+                "temperature": self.temperature,
                 "true_label": names[row["label"]],
                 "truncated": truncated,
             }
+            if self.temperature is not None:
+                record["raw_probs"] = dict(zip(names, raw_probs, strict=True))
             if self._sharded:
                 record["_index"] = index
             self._handle.write(json.dumps(record, ensure_ascii=False) + "\n")

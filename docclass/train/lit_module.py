@@ -557,7 +557,7 @@ class DocClassifierModule(pl.LightningModule):
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict:
         logits = self.model(batch["input_ids"], batch["attention_mask"]).logits
         return {
-            "probs": logits.float().softmax(-1),
+            "logits": logits.float(),
             "index": batch["index"],
             "truncated": batch["truncated"],
         }
