@@ -265,19 +265,7 @@ def read_class_folders(root: Path, legacy_level: int = logging.WARNING) -> Loade
     skipped = [d.name for d in folders if d not in class_dirs]
     if skipped:
         log.warning("%s: not classes (hidden, or no .txt files): %s", root, skipped)
-    not_read = [
-        str(p.relative_to(root))
-        for folder in (root, *class_dirs)
-        for p in sorted(folder.iterdir())
-        if not p.name.startswith(".") and p not in folders
-        and (folder == root or p.is_dir() or p.suffix.lower() != ".txt")
-    ]  # fmt: skip
-    if not_read:
-        # 20 Newsgroups' numbered files, a README beside the classes, a class's sub-folders.
-        log.warning(
-            "%s: %d entries not read (a class's documents are the .txt files directly in its "
-            "folder; rename or move the others): %s", root, len(not_read), not_read[:5],
-        )  # fmt: skip
+    _warn_of_entries_not_read(root, folders, class_dirs)
     ids, texts, labels, legacy, binary = [], [], [], 0, []
     for class_dir in class_dirs:
         for path in _text_files(class_dir):
@@ -325,6 +313,23 @@ def read_class_folders(root: Path, legacy_level: int = logging.WARNING) -> Loade
     )
 
 
+def _warn_of_entries_not_read(root: Path, folders: list[Path], class_dirs: list[Path]) -> None:
+    """Name what class folders leave unread: 20 Newsgroups' numbered files, a README beside
+    the classes, a class's sub-folders."""
+    not_read = [
+        str(p.relative_to(root))
+        for folder in (root, *class_dirs)
+        for p in sorted(folder.iterdir())
+        if not p.name.startswith(".") and p not in folders
+        and (folder == root or p.is_dir() or p.suffix.lower() != ".txt")
+    ]  # fmt: skip
+    if not_read:
+        log.warning(
+            "%s: %d entries not read (a class's documents are the .txt files directly in its "
+            "folder; rename or move the others): %s", root, len(not_read), not_read[:5],
+        )  # fmt: skip
+
+
 def _text_files(folder: Path) -> list[Path]:
     """A class folder's documents: ``*.txt`` in any case (``A.TXT``), never a hidden file
     (macOS's ``._a.txt`` holds metadata, not text)."""
@@ -337,6 +342,22 @@ def _text_files(folder: Path) -> list[Path]:
 
 def _is_class_folder_tree(path: Path) -> bool:
     return any(child.is_dir() and _text_files(child) for child in path.iterdir())
+
+
+def _refuse_data_files_beside_class_folders(path: Path) -> None:
+    """Read as class folders, a notes/ folder of .txt beside train.csv would be the corpus and
+    the tables never read: data files at the top, or in a folder of no .txt files (data/, a
+    configuration's), are refused beside class folders."""
+    tables = [
+        str(f.relative_to(path)) for folder in (path, *sorted(path.iterdir()))
+        if folder == path or (folder.is_dir() and not _text_files(folder))
+        for f in sorted(folder.iterdir()) if f.suffix.lower() in FILE_FORMATS
+    ]  # fmt: skip
+    if tables:
+        raise DataError(
+            f"{path}: holds both sub-folders of .txt files and data files ({tables[:3]}); keep "
+            "one kind: class folders, or a dataset's files"
+        )
 
 
 def root_cause(error: BaseException) -> BaseException:
@@ -520,19 +541,7 @@ def load_source(spec: SourceSpec) -> LoadedSource:
         return read_class_folders(bbc_data_dir(), legacy_level=logging.INFO)
     path = Path(spec.source)
     if path.is_dir() and _is_class_folder_tree(path):
-        # Data files at the top, or in a folder of no .txt files (data/, a configuration's).
-        tables = [
-            str(f.relative_to(path)) for folder in (path, *sorted(path.iterdir()))
-            if folder == path or (folder.is_dir() and not _text_files(folder))
-            for f in sorted(folder.iterdir()) if f.suffix.lower() in FILE_FORMATS
-        ]  # fmt: skip
-        if tables:
-            # Read as class folders, a notes/ folder of .txt beside train.csv would be the
-            # corpus, and the tables never read.
-            raise DataError(
-                f"{spec.source}: holds both sub-folders of .txt files and data files "
-                f"({tables[:3]}); keep one kind: class folders, or a dataset's files"
-            )
+        _refuse_data_files_beside_class_folders(path)
         return read_class_folders(path)
     if looks_like_a_missing_path(spec.source):
         raise DataError(
@@ -576,12 +585,8 @@ def load_source(spec: SourceSpec) -> LoadedSource:
         # so, with the setting that uses it.
         log.warning(
             "%s: its %r split is not used (validation is carved from %r); set data.val_split "
-            "%s to use it",
-            spec.source,
-            shipped[0],
-            spec.train_split,
-            shipped[0],
-        )
+            "%s to use it", spec.source, shipped[0], spec.train_split, shipped[0],
+        )  # fmt: skip
     train_feature = loaded[spec.train_split].features.get(spec.label_column or "label")
     label_names = (
         list(train_feature.names) if isinstance(train_feature, datasets.ClassLabel) else None

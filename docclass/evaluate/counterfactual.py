@@ -140,10 +140,21 @@ def document_counterfactual(
         indices=sorted(ranking[:high]),
         words=[record["words"][i] for i in ranking[:high]],
         label=classifier.label_names[label],
-        p=round(float(tried[high][label]), 4),
+        # The page shows it beside the record's calibrated probabilities: the copies' are raw.
+        p=round(float(with_temperature(tried[high], classifier.temperature)[label]), 4),
         counts=sorted(tried),
     )
     return result
+
+
+def with_temperature(distribution: np.ndarray, temperature: float) -> np.ndarray:
+    """A softmax distribution as its logits divided by ``temperature`` would give it."""
+    if temperature == 1.0:
+        return distribution
+    with np.errstate(divide="ignore"):  # a probability of 0 stays 0
+        scaled = np.log(np.asarray(distribution, dtype=np.float64)) / temperature
+    scaled = np.exp(scaled - scaled.max())
+    return scaled / scaled.sum()
 
 
 def add_counterfactuals(

@@ -333,23 +333,27 @@ def _calibrated(
     return classifier.with_temperature(calibration["temperature"]), calibration
 
 
-def _known_labels(labels: list[str | None], names: list[str]) -> tuple[list[str | None], str]:
-    """``labels`` with those the model has no class for read as no label, and what the page
-    says of them. Left in, they counted as errors on the pages and in the sample, but the
-    confusion matrix, and so the accuracy, skipped them ("SPORT" for "sport", a new class)."""
-    known = set(names)
+def _known_labels(
+    documents: Documents, limit: int | None, names: list[str]
+) -> tuple[list[str | None], str]:
+    """The first ``limit`` documents' labels, those the model has no class for read as no
+    label, and the page's subtitle, which counts them. Left in, they counted as errors on the
+    pages and in the sample, but the confusion matrix, and so the accuracy, skipped them
+    ("SPORT" for "sport", a new class)."""
+    labels, known = documents.labels[:limit], set(names)
     unknown = collections.Counter(
         label for label in labels if label is not None and label not in known
     )
     if not unknown:
-        return labels, ""
+        return labels, documents.description
     said = (
         f"{sum(unknown.values())} label(s) the model has no class for, read as unlabelled: "
         f"{', '.join(repr(name) for name, _ in unknown.most_common(3))}"
         f"{' …' if len(unknown) > 3 else ''}"
     )
     log.warning("%s", said)
-    return [label if label in known else None for label in labels], said
+    kept = [label if label in known else None for label in labels]
+    return kept, f"{documents.description} · {said}"
 
 
 def make_report(
@@ -391,12 +395,9 @@ def make_report(
     out_dir = Path(out_dir)
     _clear_for_new_report(out_dir)
     classifier, calibration = _calibrated(classifier, run_dir)
-    texts, ids, labels = documents.texts[:limit], documents.ids[:limit], documents.labels[:limit]
+    texts, ids = documents.texts[:limit], documents.ids[:limit]
     started = time.perf_counter()
-    population, subtitle = None, documents.description
-    labels, unknown = _known_labels(labels, classifier.label_names)
-    if unknown:
-        subtitle = f"{subtitle} · {unknown}"
+    population, (labels, subtitle) = None, _known_labels(documents, limit, classifier.label_names)
     if max_documents is not None and len(texts) > max_documents:
         population, (texts, ids, labels) = _capped(
             classifier, texts, ids, labels, max_documents, device

@@ -367,6 +367,41 @@ def test_the_counterfactual_search_reads_the_faithfulness_copies(planted):
     assert flipped
 
 
+def test_the_counterfactual_probability_is_calibrated_as_the_pages_are(planted):
+    """The page shows the counterfactual's p beside calibrated probabilities: it is the
+    removed copy's softmax of logits / T, not the raw softmax."""
+    import zlib
+
+    from docclass.artifacts.load import load_classifier
+    from docclass.evaluate.counterfactual import document_counterfactual
+    from docclass.evaluate.erasure import keep_distributions, rank_words
+    from docclass.interpret.explain import explain_documents
+    from docclass.interpret.inputs import document_inputs
+
+    _, workdir = planted
+    classifier = load_classifier(workdir / "blocks-0" / "checkpoints" / "last.ckpt")
+    hot = classifier.with_temperature(2.5)
+    checked = 0
+    for row in planted_keyword_corpus(4, seed=4):
+        text = row["text"]
+        (record,) = explain_documents(hot, [text])
+        found = document_counterfactual(hot, text, record, "contribution")
+        if found["k"] is None:
+            continue
+        n = record["words_read"]
+        ranking = rank_words(record["scores"]["contribution"][:n], zlib.crc32(text.encode()))
+        ids, token_words, _ = document_inputs(hot, text, record)
+        keep = np.ones(n, dtype=bool)
+        keep[ranking[: found["k"]]] = False
+        raw = torch.from_numpy(keep_distributions(hot.model, ids, token_words, [keep])[0])
+        label = classifier.label_names.index(found["label"])
+        calibrated = (raw.double().log() / 2.5).softmax(-1)[label].item()
+        assert found["p"] == pytest.approx(calibrated, abs=1e-4)
+        assert abs(found["p"] - raw[label].item()) > 1e-3
+        checked += 1
+    assert checked
+
+
 def test_the_report_hands_its_faithfulness_copies_to_the_counterfactual_search(
     planted, tmp_path, monkeypatch
 ):
