@@ -131,6 +131,12 @@ def load_checked_checkpoint(
     return loaded
 
 
+def has_recorded_hash(checkpoint: str | Path) -> bool:
+    """Whether a SHA-256 record beside the checkpoint (or beside a link to it) checks it."""
+    named = Path(checkpoint).expanduser()
+    return _record_for(named, named.resolve())[1] is not None
+
+
 def _record_for(named: Path, real: Path) -> tuple[Path, list[str] | None]:
     """Whose record checks a checkpoint, and its hashes: the file's, else a link's own."""
     hashes = recorded_checkpoint_hashes(real)

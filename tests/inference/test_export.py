@@ -5,6 +5,7 @@ land in a local folder) and for ``snapshot_download`` (downloads read from it), 
 arguments docclass passes, so the round trip export → push → load by id runs offline.
 """
 
+import hashlib
 import html
 import json
 import shutil
@@ -18,7 +19,7 @@ import yaml
 import docclass.inference.export as export_module
 from docclass import DocClassifier
 from docclass.artifacts.folder import MODEL_FOLDER_FILES
-from docclass.artifacts.hashing import MANIFEST, write_manifest
+from docclass.artifacts.hashing import MANIFEST, write_checkpoint_hashes, write_manifest
 from docclass.artifacts.load import load_classifier
 from docclass.cli import main
 from docclass.errors import CheckpointError
@@ -203,8 +204,33 @@ def other_weights(fitted, tmp_path):
     shutil.copytree(fitted, run)
     checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     checkpoint["state_dict"]["model.head.weight"] += 0.5
-    torch.save(checkpoint, run / "checkpoints" / "other.ckpt")
-    return run / "checkpoints" / "other.ckpt"
+    other = run / "checkpoints" / "other.ckpt"
+    torch.save(checkpoint, other)
+    # Recorded as docclass records every checkpoint it writes: an unrecorded one is refused.
+    write_checkpoint_hashes(other, [hashlib.sha256(other.read_bytes()).hexdigest()])
+    return other
+
+
+@pytest.mark.fault(
+    "export of a checkpoint with no SHA-256 record beside it (not written by docclass, or its "
+    "record deleted; a tampered copy)",
+    "refused in one line naming the file and `--trust_unrecorded`; never a folder whose "
+    "manifest vouches for unchecked weights and loads without a warning",
+)
+def test_an_unrecorded_checkpoint_is_exported_only_when_trusted_out_loud(
+    ckpt, tmp_path, capsys, caplog
+):
+    copy = tmp_path / "copy.ckpt"
+    shutil.copyfile(ckpt, copy)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", "--ckpt", str(copy), "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    assert "no SHA-256 recorded beside it" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    main(["export", "--ckpt", str(copy), "--out", str(tmp_path / "out"),
+          "--trust_unrecorded", "true"])  # fmt: skip
+    assert "vouches for unchecked bytes" in caplog.text
+    assert (tmp_path / "out" / "model.safetensors").is_file()
 
 
 def test_an_export_carries_only_the_figures_of_its_own_weights(other_weights, tmp_path):
