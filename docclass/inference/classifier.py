@@ -187,6 +187,10 @@ def classify_texts(
     low, high = TEMPERATURE_RANGE
     if not low <= temperature <= high:
         raise ConfigError(f"temperature {temperature}: not in [{low}, {high}]")
+    # -2 top words returned every word but the last two; 0 documents a batch ran none.
+    for name, value, least in (("top_words", top_words, 0), ("batch_size", batch_size, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(f"{name} {value!r}: give a whole number of at least {least}")
     if min_probability is not None and not 0 < min_probability <= 1:
         raise ConfigError(
             f"min_probability {min_probability}: give a probability in (0, 1], such as a "

@@ -373,6 +373,10 @@ def test_word_scores_default_to_the_method_the_models_report_trusts(ckpt, tmp_pa
     assert bare.default_method == "conservative" and "not measured" in bare.default_reason
     with pytest.raises(ConfigError, match="method 'lime'"):
         clf.predict("text", word_scores=True, method="lime")
+    # The command line checks these; the API took -2 top words as every word but two.
+    for bad in ({"top_words": -2}, {"batch_size": 0}, {"batch_size": 2.5}, {"top_words": True}):
+        with pytest.raises(ConfigError, match=f"{next(iter(bad))} .*: give a whole number"):
+            clf.predict("text", **bad)
 
 
 @pytest.mark.fault(
