@@ -302,18 +302,24 @@ def _tokens_read(record: dict) -> int:
     return record.get("tokens_read", record.get("n_tokens", 0))
 
 
-def _run_metrics(run_dir: Path | None) -> dict[str, Any] | None:
+def _run_metrics(run_dir: Path | None, weights: str | None) -> dict[str, Any] | None:
+    """The run's ``metrics.json``; its scores only where they were measured on ``weights``
+    (a report of ``best.ckpt`` showed the tested ``last.ckpt``'s accuracy as its own)."""
     path = run_dir / "metrics.json" if run_dir else None
     if not path or not path.is_file():
         return None
     metrics = json.loads(path.read_text())
     test, val = metrics.get("test") or {}, metrics.get("val") or {}
+    source = path.name
+    if weights is not None and test.get("weights") != weights:
+        test, val = {}, {}
+        source = f"{path.name} (its scores are of other weights of this run)"
 
     def fmt(value: Any, pattern: str = "{:.3f}") -> str:
         return pattern.format(value) if isinstance(value, int | float) else "—"
 
     return {
-        "source": path.name,
+        "source": source,
         "test_accuracy": fmt(test.get("accuracy")),
         "test_macro_f1": fmt(test.get("macro_f1")),
         "val_accuracy": fmt(val.get("acc")),
@@ -491,7 +497,7 @@ def _index_page(
         summary=_summary(records, label_names, population),
         population=population,
         low_confidence=LOW_CONFIDENCE,
-        run_metrics=_run_metrics(context["run_dir"]),
+        run_metrics=_run_metrics(context["run_dir"], context["weights"]),
         figures=_index_figures(records, context["run_dir"], faithfulness, pool_heads_of(records))
         | _calibration_figure(context["calibration"]),
         calibration=_calibration_rows(context["calibration"]),

@@ -605,6 +605,21 @@ def test_a_report_made_again_with_fewer_documents_leaves_no_page_of_the_first(re
     assert pages == ["doc-00000.html", "doc-00001.html", "notes.html"]
 
 
+def test_the_training_runs_scores_are_shown_only_for_the_weights_they_measured(report, tmp_path):
+    """A report of best.ckpt beside a run that tested last.ckpt: the run's test accuracy is
+    not this model's."""
+    _, records = report
+    run = tmp_path / "run"
+    run.mkdir()
+    tested = {"accuracy": 0.4321, "macro_f1": 0.4, "weights": "tested-weights"}
+    (run / "metrics.json").write_text(json.dumps({"test": tested, "val": {"acc": 0.5}}))
+    for weights, shown in (("tested-weights", True), ("other-weights", False)):
+        write_report(records, tmp_path / weights, LABELS, run_dir=run, weights=weights)
+        html = (tmp_path / weights / "index.html").read_text(encoding="utf-8")
+        assert ("0.432" in html) == shown
+        assert ("its scores are of other weights of this run" in html) != shown
+
+
 def test_the_faithfulness_sample_keeps_the_splits_share_of_errors_and_its_classes():
     # A capped report: 40 errors listed first, then 60 correct documents (of a split of 1,000
     # with 5 % errors). The sample must not inherit the report's 40 % of errors.
