@@ -137,9 +137,13 @@ class ClassifierAPI(litserve.LitAPI):
         max_batch_size: int = 16,
         batch_timeout: float = 0.0,
         max_tokens: int | None = None,
+        described: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(max_batch_size=max_batch_size, batch_timeout=batch_timeout)
         self.ckpt = ckpt
+        # What /info says of the model (weights, labels, temperature): a worker that loads
+        # another (the path replaced since, a run's last.ckpt saved again) refuses to serve.
+        self.described = described
         self.batch_size = batch_size
         self.max_tokens = max_tokens
         self.server_pid = os.getpid()  # built in the server process, read in the worker
@@ -152,6 +156,14 @@ class ClassifierAPI(litserve.LitAPI):
         # worker interrupted mid-wait would only print a traceback.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         self.classifier = DocClassifier.load(self.ckpt, device=device)
+        if self.described is not None:
+            loaded = _served_model(self.classifier)
+            if loaded != self.described:
+                differ = sorted(key for key in loaded if loaded[key] != self.described.get(key))
+                raise RuntimeError(
+                    f"{self.ckpt}: changed since the server read it ({', '.join(differ)} "
+                    "differ from what /info says); restart the server"
+                )
         if self.max_tokens is not None:
             # The limit every text is cut to where it is tokenized (``encode_documents``), so
             # a capped text is cut and flagged ``truncated`` exactly as the model's own limit.
@@ -490,6 +502,15 @@ def _end_children(grace: float = CHILD_GRACE_S) -> None:
             child.join()
 
 
+def _served_model(classifier) -> dict[str, Any]:
+    """What a worker must agree on with ``/info``: the weights, labels and temperature."""
+    return {
+        "weights": classifier.trained.fingerprint,
+        "labels": list(classifier.labels),
+        "temperature": classifier.temperature if classifier.temperature_fitted else None,
+    }
+
+
 def _read_model(ckpt: str) -> tuple[str, dict[str, Any]]:
     """The model's local path and what ``/info`` says of it; one line if it cannot be read.
 
@@ -521,6 +542,8 @@ def _read_model(ckpt: str) -> tuple[str, dict[str, Any]]:
         if calibration and calibration.get("fit", "likelihood") == "likelihood"
         else None,
         "calibration": (calibration or {}).get("fit", "none for these weights"),
+        # Which weights the workers serve: each checks that it loaded these.
+        "weights": fingerprint(),
     }
     return str(local), facts
 
@@ -601,7 +624,14 @@ def serve(
     accelerator = accelerator_of(device)
     _check_listen(host, port)
     server = litserve.LitServer(
-        ClassifierAPI(local, batch_size, max_batch_size, batch_timeout, facts["max_tokens"]),
+        ClassifierAPI(
+            local,
+            batch_size,
+            max_batch_size,
+            batch_timeout,
+            facts["max_tokens"],
+            described={key: facts[key] for key in ("weights", "labels", "temperature")},
+        ),  # fmt: skip
         accelerator=accelerator,
         devices="auto" if accelerator != "cpu" else 1,
         workers_per_device=workers,

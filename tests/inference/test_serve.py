@@ -74,6 +74,42 @@ def test_health_and_info(server, local):
     assert info["model"]["temperature"] == local.temperature != 1  # fitted after `fit`
 
 
+@pytest.mark.fault(
+    "serve's model replaced between the server's read and a worker's (a run's last.ckpt saved "
+    "again, a folder exported anew)",
+    "the worker refuses in one line naming what differs (weights, labels, temperature) from "
+    "/info; it served other weights than /info described",
+)
+def test_a_worker_serves_only_the_model_info_describes(ckpt, tmp_path, monkeypatch):
+    import hashlib
+    import shutil
+
+    import torch
+
+    from docclass.artifacts.hashing import write_checkpoint_hashes
+    from docclass.inference import serve
+
+    path = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    shutil.copytree(ckpt.parent, path.parent)
+    shutil.copy(ckpt.parents[1] / "calibration.json", tmp_path / "run")
+    local_path, facts = serve._read_model(str(path))
+    assert facts["weights"] == DocClassifier.load(path).trained.fingerprint
+    described = {key: facts[key] for key in ("weights", "labels", "temperature")}
+    # setup's process-wide steps are a worker's own: kept out of this test process.
+    for name in ("_end_with_parent", "_freeze_loaded_objects"):
+        monkeypatch.setattr(serve, name, lambda *args: None)
+    monkeypatch.setattr(serve.signal, "signal", lambda *args: None)
+    api = ClassifierAPI(local_path, described=described)
+    api.setup("cpu")  # the same file: served
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint["state_dict"]["model.head.weight"] += 0.5
+    torch.save(checkpoint, path)
+    write_checkpoint_hashes(path, [hashlib.sha256(path.read_bytes()).hexdigest()])
+    with pytest.raises(RuntimeError, match=r"changed since the server read it \(temperature, "
+                       r"weights differ from what /info says\)"):  # fmt: skip
+        ClassifierAPI(local_path, described=described).setup("cpu")
+
+
 def test_predict_round_trip_equals_python_api(server, local):
     texts = [*TEXTS, "   ", "Short."]
     status, body = post_json(server, {"texts": texts})
