@@ -518,15 +518,15 @@ def _read_model(ckpt: str) -> tuple[str, dict[str, Any]]:
     downloaded once, here, and the workers read the local copy.
     """
     from docclass.artifacts.folder import read_folder_config
-    from docclass.artifacts.load import checkpoint_fingerprint, read_artifact
+    from docclass.artifacts.load import load_classifier, read_artifact
     from docclass.artifacts.locate import resolve_model
     from docclass.inference.model_facts import model_calibration, model_default_method
 
     local = resolve_model(ckpt)
     artifact = read_artifact(local)
     folder_config = read_folder_config(local) if local.is_dir() else {}
-    # Loaded at most once, and only when there is a run folder to ask.
-    fingerprint = functools.cache(lambda: checkpoint_fingerprint(local))
+    # Loaded once: a model folder's weights are fingerprinted as a checkpoint's are.
+    fingerprint = functools.cache(lambda: load_classifier(local).fingerprint)
     default = model_default_method(local, folder_config, fingerprint)
     calibration = model_calibration(local, folder_config, fingerprint)
     facts = {
