@@ -144,6 +144,9 @@ def export_model(
             "language",
             "calibration",
             "score_rules",
+            # Kept, so that a folder exported again still names its data and split.
+            "data",
+            "split",
         )
         if facts.get(key) is not None
     }
@@ -207,9 +210,11 @@ def export_command(
         license=license,
         language=language or facts.get("language") or known.get("language"),
         datasets=datasets,
-        data_name=known.get("name", source),
         spread=_spread(seeds_summary),
     )
+    if source:
+        # Unknown, it stays out: the card's metadata read "dataset: None".
+        facts["data_name"] = known.get("name", source)
     config = export_model(trained, out, facts)
     print(
         f"exported {ckpt} → {out}/ (config.json, model.safetensors, tokenizer.json, README.md); "

