@@ -221,11 +221,14 @@ def confusion_cells(
         if difference is not None:
             read = record["words_read"]
             ranked = sorted(range(read), key=lambda i: -difference[i])
-            words = [
-                {"word": record["words"][i], "score": difference[i]}
-                for i in ranked
-                if difference[i] > 0 and is_word(record["words"][i])
-            ][:k]
+            seen: set[str] = set()
+            for i in ranked:
+                word = record["words"][i]
+                # Each word once, at its strongest: "internet" three times filled the list.
+                if difference[i] > 0 and is_word(word) and word.casefold() not in seen:
+                    seen.add(word.casefold())
+                    words.append({"word": word, "score": difference[i]})
+            words = words[:k]
         cells[(true, predicted)].append(
             {
                 "id": str(record["id"]),

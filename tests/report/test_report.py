@@ -244,6 +244,15 @@ def test_lexicon_ranks_words_by_their_share_toward_the_class_with_their_document
     (cell,) = confusion_cells(records, ["business", "tech"], hrefs)
     assert (cell["true"], cell["predicted"]) == ("tech", "business")
     assert [w["word"] for w in cell["documents"][0]["words"]] == ["again"]
+    # A word that comes back ("Again", "again") is listed once, at its strongest.
+    (record,) = [r for r in records if r["label"] != r["predicted"]]
+    again = {**record, "words": [*record["words"], "Again"], "words_read": record["words_read"] + 1}
+    again["contributions"] = {
+        name: [*scores, scores[record["words"].index("again")] / 2]
+        for name, scores in record["contributions"].items()
+    }
+    (cell,) = confusion_cells([again], ["business", "tech"], hrefs[:1])
+    assert [w["word"] for w in cell["documents"][0]["words"]] == ["again"]
 
 
 def test_page_scores_are_packed_to_a_2047th_of_their_largest():
