@@ -485,6 +485,7 @@ def _index_page(
     population, faithfulness = context["population"], context["faithfulness"]
     measured = faithfulness or {}
     shown_first = default_method(measured.get("methods"), measured.get("documents", 0))
+    trust = _trust_section(faithfulness, out_dir, context["weights"], context["scores"])
     matrix = confusion(records, label_names)
     cells = confusion_cells(records, label_names, hrefs)
     # Past MATRIX_CLASSES classes the lists are shorter: 150 full lists made the index 1.1 MB.
@@ -515,12 +516,27 @@ def _index_page(
         confusion_cells=cells,
         label_names=label_names,
         rows=_index_rows(records, documents_dir),
-        trust=_trust_section(faithfulness, out_dir, context["weights"], context["scores"]),
-        shown_first=shown_first,
+        trust=trust,
+        shown_first=_chosen_without(shown_first, measured, trust),
         checks=_checks_section(context["checks"], records),
         method_labels={key: METHODS[key].label for key in METHODS},
         assets=ASSETS_DIR + "/",
         **context["common"],
+    )
+
+
+def _chosen_without(
+    shown_first: DefaultMethod, measured: dict[str, Any], trust: dict[str, Any] | None
+) -> DefaultMethod:
+    """The default's reason where the report measured nothing but ``docclass faithfulness``
+    wrote tables into its folder: "not measured" stood above a measured table."""
+    if measured.get("methods") or not (trust and trust.get("extra")):
+        return shown_first
+    return DefaultMethod(
+        shown_first.method,
+        f"{method_label(shown_first.method)} is shown first: this report measured no "
+        "faithfulness of its own (made with --faithfulness false), and the tables below, "
+        "measured later by docclass faithfulness, do not choose the pages' default.",
     )
 
 
@@ -815,6 +831,8 @@ def _extra_rows(figures: dict[str, Any]) -> dict[str, Any]:
     extra: dict[str, Any] = {
         "documents": figures.get("documents"),
         "given": figures.get("documents_given"),
+        # Only its weights and rules are matched: which documents it measured is said.
+        "data": figures.get("data"),
         "removal": [],
     }
     for removal, result in figures.get("removal", {}).items():

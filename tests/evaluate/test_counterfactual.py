@@ -13,6 +13,7 @@ class Classifier:
     label_names = LABELS
     tokenizer = None
     model = None
+    temperature = 1.0  # uncalibrated: a counterfactual's p is the copy's softmax
 
 
 @pytest.fixture()

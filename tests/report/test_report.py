@@ -629,6 +629,27 @@ def test_the_training_runs_scores_are_shown_only_for_the_weights_they_measured(r
         assert ("its scores are of other weights of this run" in html) != shown
 
 
+def test_a_report_that_measured_nothing_says_so_beside_later_tables(report, tmp_path):
+    """Made with --faithfulness false, then measured by docclass faithfulness: the index
+    neither claims the model unmeasured nor hides which documents the tables measured."""
+    from docclass.interpret.methods import score_rules
+    from docclass.report.html import FAITHFULNESS_FILE
+
+    _, records = report
+    row = {"comprehensiveness": 0.6, "sufficiency": 0.05, "curve": [0.6] * 5}
+    table = {name: row for name in ("grad_input", "contribution", "conservative", "random")}
+    measured = {"weights": "W", "scores": score_rules(), "documents": 200,
+                "documents_given": 200, "data": "other.jsonl · all rows (200 documents)",
+                "removal": {"mask": {"aopc": table}}}  # fmt: skip
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / FAITHFULNESS_FILE).write_text(json.dumps(measured))
+    write_report(records, tmp_path, LABELS, weights="W", scores=score_rules())
+    html = (tmp_path / "index.html").read_text(encoding="utf-8")
+    shown = re.search(r'<p id="shown-first">(.*?)</p>', html, re.S).group(1)
+    assert "not measured" not in shown and "measured no faithfulness of its own" in shown
+    assert "(200 documents of other.jsonl · all rows (200 documents)" in html
+
+
 def test_the_faithfulness_sample_keeps_the_splits_share_of_errors_and_its_classes():
     # A capped report: 40 errors listed first, then 60 correct documents (of a split of 1,000
     # with 5 % errors). The sample must not inherit the report's 40 % of errors.
