@@ -6,7 +6,7 @@ import logging
 import os
 import socket
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from docclass.errors import ConfigError
 
@@ -81,3 +81,14 @@ def lock_folder(folder: str | Path, flag: str) -> IO[str] | None:
     # run; its copy of the handle is closed at once (the parent's hold is untouched).
     os.register_at_fork(after_in_child=handle.close)
     return handle
+
+
+# A spreadsheet runs a cell that starts with one of these as a formula (CSV injection:
+# =HYPERLINK(…) in an input's id would leak the sheet when opened); a leading ' makes it text.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """A CSV text cell that a spreadsheet would run as a formula, with ``'`` in front; any
+    other value as it is."""
+    return f"'{value}" if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value

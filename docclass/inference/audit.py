@@ -37,7 +37,7 @@ import torch
 
 from docclass.data.cleaning import TEXT_HASHES, text_hash
 from docclass.errors import ConfigError, DataError, RunStopped, UserError
-from docclass.files import lock_folder, write_atomically
+from docclass.files import lock_folder, spreadsheet_safe, write_atomically
 from docclass.inference.calibration import calibrate, labelled_logits, write_calibration
 from docclass.inference.classifier import DocClassifier
 from docclass.inference.model_facts import read_json
@@ -59,8 +59,6 @@ CSV_FIELDS = (
     "rank", "id", "split", "given_label", "suggested_label", "score",
     "p_given", "p_suggested", "fold",
 )  # fmt: skip
-# A CSV cell starting with one of these runs as a formula in a spreadsheet (CSV injection).
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 # The last rule is cleanlab's calibrated estimate of how many labels are wrong, taken in order of
 # the given label's probability (the pairing cleanlab.count.num_label_issues documents): the four
 # before it choose per pair of classes, and so flag documents that sit between two classes as
@@ -508,11 +506,6 @@ def _flagged_entries(
     return entries
 
 
-def _spreadsheet_safe(cell: str) -> str:
-    """``cell`` with a ``'`` before it when a spreadsheet would run it as a formula."""
-    return f"'{cell}" if cell.startswith(FORMULA_STARTS) else cell
-
-
 def write_audit_csv(entries: list[dict[str, Any]], path: Path) -> None:
     """One row per flagged document: ``score`` is the out-of-sample probability of the given
     label (cleanlab's self-confidence: lower, more likely wrong).
@@ -525,7 +518,7 @@ def write_audit_csv(entries: list[dict[str, Any]], path: Path) -> None:
     writer = csv.writer(table)
     writer.writerow(CSV_FIELDS)
     for e in entries:
-        texts = [_spreadsheet_safe(str(e[key])) for key in ("id", "split", "given", "suggested")]
+        texts = [spreadsheet_safe(str(e[key])) for key in ("id", "split", "given", "suggested")]
         writer.writerow(
             [e["rank"], *texts, e["score"], round(e["p_given"], 6), round(e["p_suggested"], 6),
              e["fold"]]

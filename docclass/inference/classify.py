@@ -57,6 +57,7 @@ from docclass.data.sources import (
     printable_name,
 )
 from docclass.errors import ConfigError
+from docclass.files import spreadsheet_safe
 from docclass.inference.classifier import DocClassifier
 from docclass.interpret.records import EMPTY_DOCUMENT
 
@@ -752,16 +753,6 @@ class RowWriter:
         if row.get("top_words"):
             flat["top_words"] = " ".join(f"{w['word']}:{w['score']:.4f}" for w in row["top_words"])
         self.csv.writerow({name: spreadsheet_safe(value) for name, value in flat.items()})
-
-
-# A spreadsheet runs a cell that starts with one of these as a formula (=HYPERLINK(…) in an
-# input's id would leak the sheet when opened); a leading ' makes it text.
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
-
-
-def spreadsheet_safe(value: Any) -> Any:
-    """A text cell that a spreadsheet would run as a formula, with ``'`` in front."""
-    return f"'{value}" if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
 
 
 # Names of formats classify does not write: JSON Lines under such a name reads as a broken file.
