@@ -560,6 +560,12 @@ def test_a_capped_report_shows_every_error_then_a_stratified_sample():
     assert select_for_report(labels, predicted, 500) == list(range(100))
 
 
+def numbered(labels: list[str | None]) -> Documents:
+    """One short document per label, numbered: ids "0", "1", …"""
+    texts = [f"{DOCUMENTS[i % 3]} {i}" for i in range(len(labels))]
+    return Documents(texts, [str(i) for i in range(len(labels))], labels, "numbered documents")
+
+
 @pytest.mark.fault(
     "documents to explain whose labels the model has no class for (`SPORT` for `sport`, a "
     "class it never learned)",
@@ -568,10 +574,8 @@ def test_a_capped_report_shows_every_error_then_a_stratified_sample():
 )
 def test_labels_the_model_has_no_class_for_are_read_as_unlabelled(tmp_path):
     classifier = tiny_classifier(n_layers=1)
-    texts = [f"{DOCUMENTS[i % 3]} {i}" for i in range(6)]
     labels = [LABELS[0], LABELS[1], LABELS[0].upper(), LABELS[0].upper(), "politics", None]
-    documents = Documents(texts, [str(i) for i in range(6)], labels, "six documents")
-    make_report(classifier, documents, tmp_path, faithfulness=False, counterfactuals=False)
+    make_report(classifier, numbered(labels), tmp_path, faithfulness=False, counterfactuals=False)
     records = read_jsonl(tmp_path / "explanations.jsonl.gz")
     assert [r["label"] for r in records] == labels[:2] + [None] * 4
     html = (tmp_path / "index.html").read_text(encoding="utf-8")
@@ -588,9 +592,9 @@ def test_labels_the_model_has_no_class_for_are_read_as_unlabelled(tmp_path):
 )
 def test_capped_report_keeps_the_headline_of_every_document(tmp_path):
     classifier = tiny_classifier(n_layers=1)
-    texts = [f"{DOCUMENTS[i % 3]} {i}" for i in range(30)]
     labels = [LABELS[i % 3] for i in range(30)]
-    documents = Documents(texts, [str(i) for i in range(30)], labels, "thirty documents")
+    documents = numbered(labels)
+    texts = documents.texts
     make_report(classifier, documents, tmp_path, max_documents=8, faithfulness=False)
     records = read_jsonl(tmp_path / "explanations.jsonl.gz")
     predicted = [r["label"] for r in DocClassifier(classifier, "cpu").predict(texts)]
