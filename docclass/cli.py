@@ -152,7 +152,8 @@ def predicted_weights_temperature(module, ckpt_path: str | None) -> float | None
         return None
     fingerprint = functools.partial(weights_fingerprint, module.model.state_dict())
     calibration = run_calibration(run_dir_of(ckpt_path), fingerprint)
-    return calibration["temperature"] if calibration else None
+    fitted = calibration and calibration.get("fit", "likelihood") == "likelihood"
+    return calibration["temperature"] if fitted else None  # raw, as /info says, where none fit
 
 
 def calibrate_after_fit(module, datamodule, classifier, run_dir: Path, device: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 from pathlib import Path
 from typing import IO, Any
@@ -88,7 +89,13 @@ def lock_folder(folder: str | Path, flag: str) -> IO[str] | None:
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
+# A plain number ("-1", "+0.5", "-2e3") is a value, not a formula: a class named -1 stays -1.
+PLAIN_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
 def spreadsheet_safe(value: Any) -> Any:
     """A CSV text cell that a spreadsheet would run as a formula, with ``'`` in front; any
-    other value as it is."""
-    return f"'{value}" if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
+    other value, a plain number among them, as it is."""
+    if not isinstance(value, str) or not value.startswith(FORMULA_STARTS):
+        return value
+    return value if PLAIN_NUMBER.fullmatch(value) else f"'{value}"

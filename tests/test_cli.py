@@ -10,7 +10,7 @@ import yaml
 from helpers import CONFIGS, write_ag_news_like, write_jsonl
 
 from docclass.artifacts.checkpoint import ARTIFACT_KEY
-from docclass.artifacts.load import read_artifact
+from docclass.artifacts.load import checkpoint_fingerprint, read_artifact
 from docclass.cli import DocClassCLI, main
 from docclass.data.synthetic import planted_keyword_corpus
 from docclass.interpret.records import read_jsonl
@@ -132,7 +132,6 @@ def test_predict_writes_one_row_per_document(fitted, tmp_path):
 def test_predict_writes_the_calibrated_probabilities_classify_gives(fitted, tmp_path):
     import shutil
 
-    from docclass.artifacts.load import checkpoint_fingerprint
     from docclass.inference.classifier import DocClassifier
     from docclass.inference.reporting import load_documents
 
@@ -154,6 +153,37 @@ def test_predict_writes_the_calibrated_probabilities_classify_gives(fitted, tmp_
         raw = torch.tensor(list(row["raw_probs"].values()))
         calibrated = (raw.log() / 2.5).softmax(-1).tolist()
         assert list(row["probs"].values()) == pytest.approx(calibrated, abs=1e-5)
+    # A calibration that fitted no temperature leaves them raw, as /info says (null).
+    by_weights[checkpoint_fingerprint(ckpt)] = {"temperature": 1.0, "fit": "none in range"}
+    (run / "calibration.json").write_text(json.dumps({"by_weights": by_weights}))
+    run_cli("predict", "--config", TINY, "--ckpt_path", str(ckpt),
+            "--trainer.default_root_dir", str(tmp_path / "raw"))  # fmt: skip
+    row = json.loads((tmp_path / "raw" / "predictions.jsonl").read_text().splitlines()[0])
+    assert row["temperature"] is None and "raw_probs" not in row
+
+
+@pytest.mark.fault(
+    "`docclass test` of a run's checkpoint in the run's own folder, with other data settings "
+    "(`--data.split_seed 1`)",
+    "tested on the run's split.json; its figures go to metrics.<checkpoint>.json, the fit's "
+    "metrics.json and split.json stay whole (they were replaced: calibrate then fitted on "
+    "documents the weights trained on)",
+)
+def test_testing_a_runs_checkpoint_keeps_its_split_and_its_metrics(fitted, tmp_path, caplog):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(fitted, run)
+    kept = {name: (run / name).read_bytes() for name in ("metrics.json", "split.json")}
+    with caplog.at_level("INFO", logger="docclass"):
+        run_cli("test", "--config", TINY, "--ckpt_path", str(run / "checkpoints" / "best.ckpt"),
+                "--trainer.default_root_dir", str(run), "--data.split_seed", "1")  # fmt: skip
+    assert {name: (run / name).read_bytes() for name in kept} == kept
+    assert "evaluated on its run's split" in caplog.text
+    tested = json.loads((run / "metrics.best.json").read_text())
+    split = json.loads(kept["split.json"])
+    assert tested["test"]["n_documents"] == len(split["test"])
+    assert tested["test"]["weights"] == checkpoint_fingerprint(run / "checkpoints" / "best.ckpt")
 
 
 def one_line_failure(capsys, *args: str) -> str:

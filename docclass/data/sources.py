@@ -407,6 +407,20 @@ def _load_with_datasets(spec: SourceSpec) -> datasets.DatasetDict:
         raise DataError(f"{spec.source}: could not be read: {one_line(cause)}{hint}") from error
 
 
+# Files datasets' folder rules never read as data (a card's, a save_to_disk folder's records).
+NOT_DATA_FILES = {*datasets.data_files.FILES_TO_IGNORE, "state.json"}
+# Compressed tables datasets reads as they are (train.csv.gz).
+COMPRESSION_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".zip")
+
+
+def _table_suffix(name: str) -> str:
+    """A file name's table suffix, past a compression suffix: ``.csv`` for ``a.csv.gz``."""
+    lower = name.lower()
+    for compressed in COMPRESSION_SUFFIXES:
+        lower = lower.removesuffix(compressed)
+    return Path(lower).suffix
+
+
 def _check_every_data_file_is_read(folder: Path, data_files) -> None:
     """Refuse a dataset folder whose layout leaves data files out. ``datasets`` reads only
     files named by split (``train*.csv``, ``test*.csv``…) once one file is, and of a split
@@ -416,7 +430,8 @@ def _check_every_data_file_is_read(folder: Path, data_files) -> None:
     read = {Path(f).resolve() for files in (data_files or {}).values() for f in files}
     on_disk = sorted(
         f for f in folder.rglob("*")
-        if f.suffix.lower() in FILE_FORMATS and f.is_file() and not f.name.startswith("_")
+        if _table_suffix(f.name) in FILE_FORMATS and f.name not in NOT_DATA_FILES
+        and not f.name.startswith("_") and f.is_file()
         and not any(part.startswith(".") for part in f.relative_to(folder).parts)
     )  # fmt: skip
     left_out = [str(f.relative_to(folder)) for f in on_disk if f.resolve() not in read]

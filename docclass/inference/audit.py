@@ -511,9 +511,10 @@ def write_audit_csv(entries: list[dict[str, Any]], path: Path) -> None:
     label (cleanlab's self-confidence: lower, more likely wrong).
 
     An id, split or label that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage
-    return is written with a ``'`` before it, so that a spreadsheet opening the file shows it
-    as text instead of running it as a formula; ``audit.json`` and the page keep it as given.
-    Strip that one leading ``'`` to match such a row to its document."""
+    return, and is not a plain number (``-1``), is written with a ``'`` before it, so that a
+    spreadsheet opening the file shows it as text instead of running it as a formula;
+    ``audit.json`` and the page keep it as given. Strip that one leading ``'`` to match such a
+    row to its document."""
     table = io.StringIO(newline="")
     writer = csv.writer(table)
     writer.writerow(CSV_FIELDS)

@@ -64,7 +64,8 @@ def run_facts(run_dir: Path | None, fingerprint: str) -> dict[str, Any]:
             f"checkpoint of {run_dir.name}); test this checkpoint to measure them"
         )
     if metrics.get("data"):
-        facts["data"] = metrics["data"]
+        # Where the data lay on the training machine stays there: the folder is for sharing.
+        facts["data"] = {k: v for k, v in metrics["data"].items() if k != "source_path"}
     data_settings = (metrics.get("config") or {}).get("data") or {}
     if data_settings:
         facts["split"] = {

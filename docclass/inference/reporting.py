@@ -91,7 +91,7 @@ def _documents_from_source(
 ) -> Documents:
     # load_source keys splits by role: any split but train and test is asked for as the
     # validation one, which it refuses when absent (`validation` explained train's documents).
-    role = split if split in ("train", "test") else "val"
+    role = split if split in ("train", "test") or Path(source).is_file() else "val"
     loaded = load_source(
         SourceSpec(
             source=source,

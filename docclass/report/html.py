@@ -312,8 +312,12 @@ def _run_metrics(run_dir: Path | None, weights: str | None) -> dict[str, Any] | 
     test, val = metrics.get("test") or {}, metrics.get("val") or {}
     source = path.name
     if weights is not None and test.get("weights") != weights:
+        source = path.name + (
+            " (its scores are of other weights of this run)"
+            if test.get("weights")
+            else " (written before docclass named the weights it tested: its scores not shown)"
+        )
         test, val = {}, {}
-        source = f"{path.name} (its scores are of other weights of this run)"
 
     def fmt(value: Any, pattern: str = "{:.3f}") -> str:
         return pattern.format(value) if isinstance(value, int | float) else "—"

@@ -349,14 +349,19 @@ class RunReport(pl.Callback):
         }
         metric_log = self._metric_log(trainer)
         metrics["metric_log"] = str(metric_log) if metric_log else None
-        if datamodule is not None and hasattr(datamodule, "write_split"):
+        path = run_dir / "metrics.json"
+        if self.train_seconds is None and _written_by_a_fit(path):
+            # `docclass test` of a checkpoint in its run's folder: the fit's metrics.json (its
+            # training record, its tested weights' scores) and split.json stay whole.
+            path = run_dir / f"metrics.{Path(trainer.ckpt_path or 'test').stem}.json"
+        elif datamodule is not None and hasattr(datamodule, "write_split"):
             datamodule.write_split(run_dir / "split.json")
         # metrics.json last and whole: its presence says the run finished (docclass audit and
         # the benchmarks reuse such runs), so a kill must leave it absent, never half-written.
-        write_atomically(run_dir / "metrics.json", json.dumps(metrics, indent=2, default=str))
+        write_atomically(path, json.dumps(metrics, indent=2, default=str))
         print(
             f"test accuracy {scores['accuracy']:.4f}  macro-F1 {scores['macro_f1']:.4f}  "
-            f"({scores['n_documents']} documents)  → {run_dir}/metrics.json"
+            f"({scores['n_documents']} documents)  → {path}"
         )
 
     @staticmethod
@@ -369,6 +374,14 @@ class RunReport(pl.Callback):
                 if path.is_file():
                     return path
         return None
+
+
+def _written_by_a_fit(path: Path) -> bool:
+    """Whether ``path`` is a ``metrics.json`` that a fit wrote (it trained some steps)."""
+    try:
+        return bool(json.loads(path.read_text(encoding="utf-8")).get("global_steps"))
+    except (OSError, ValueError):
+        return False
 
 
 class PredictionWriter(BasePredictionWriter):

@@ -16,6 +16,7 @@ import json
 import logging
 import math
 from pathlib import Path
+from typing import Any
 
 import datasets
 import lightning.pytorch as pl
@@ -53,6 +54,8 @@ from docclass.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "val", "test")
+# Where a checkpoint keeps the fingerprint of the split it trained on.
+SPLIT_KEY = "split_sha256"
 
 
 def check_settings(**settings) -> None:
@@ -189,6 +192,7 @@ class DocDataModule(pl.LightningDataModule):
         self._resume_at: tuple[int, int] | None = None
         # (epoch, batches of it done, batches trained in all) of the checkpoint resumed.
         self._position_anchor: tuple[int, int, int] | None = None
+        self._split_fingerprint: str | None = None
         # How many processes wrote that position (None: a checkpoint of an earlier docclass).
         self._resume_world_size: int | None = None
 
@@ -560,7 +564,26 @@ class DocDataModule(pl.LightningDataModule):
         return self._loader("train", train=True)
 
     # -- where a checkpoint left training ----------------------------------------------------
-    def state_dict(self) -> dict[str, int]:
+    def state_dict(self) -> dict[str, Any]:
+        """Where training is (:meth:`_position`), and which split it trains on: a resumed fit
+        whose settings or data now split otherwise is refused (:meth:`load_state_dict`)."""
+        position = self._position()
+        return {**position, SPLIT_KEY: self.split_fingerprint()} if position else position
+
+    def split_fingerprint(self) -> str:
+        """SHA-256 of every split's ids and text hashes, in order; computed once."""
+        if self._split_fingerprint is None:
+            self.prepare()
+            digest = hashlib.sha256()
+            for split in SPLITS:
+                for doc_id, text in zip(
+                    self.splits[split]["id"], self.splits[split]["text"], strict=True
+                ):
+                    digest.update(f"{split}|{doc_id}|{text_hash(text)}\n".encode())
+            self._split_fingerprint = digest.hexdigest()
+        return self._split_fingerprint
+
+    def _position(self) -> dict[str, int]:
         """The epoch training resumes in and the number of its batches already done.
 
         Counted from the batches trained since the run began (Lightning's total, which a
@@ -617,7 +640,17 @@ class DocDataModule(pl.LightningDataModule):
             "world_size": trainer.world_size,
         }
 
-    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        trained_on = state_dict.get(SPLIT_KEY)
+        fitting = self.trainer is not None and self.trainer.state.fn == "fit"
+        if fitting and trained_on and trained_on != self.split_fingerprint():
+            # Split again, its validation and test documents could be ones it trained on.
+            raise DataError(
+                "the checkpoint trained on another split than these data settings make: the "
+                "data or a data.* setting (split_seed, fractions, max_docs_per_class, the "
+                "source's rows) changed since; resume with those it trained with, or start a "
+                "new run"
+            )
         if state_dict:
             self._resume_at = (state_dict["epoch"], state_dict["batches_done"])
             self._resume_world_size = state_dict.get("world_size")

@@ -8,6 +8,7 @@ logs, and after testing ``metrics.json``, ``split.json`` and the predictions.
 
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 from collections.abc import Sequence
@@ -136,20 +137,17 @@ class TrainingCLI(LightningCLI):
         ckpt_path = section.get("ckpt_path") if section is not None else None
         if ckpt_path == "last":
             # Lightning's CLI reads a named file's settings but not `last`'s, so the config's
-            # built another network than the weights it resumed, silently; read them alike.
+            # built another network than the weights it resumed, silently. `last` now names
+            # this run's last.ckpt, for the settings and the weights alike (Lightning's own
+            # choice, the newest last*.ckpt anywhere, could be another file than the one read).
             ckpt_path = self._named_checkpoint(section, "last")
+            if ckpt_path is None:
+                return  # nothing to resume: a new run (never a stray ./last's settings)
+            section.ckpt_path = ckpt_path
         if ckpt_path and ckpt_path not in LIGHTNING_CKPT_ALIASES:
             verify_checkpoint(ckpt_path)
         given = self._given_model_settings(subcommand)
-        if ckpt_path and ckpt_path != section.get("ckpt_path"):
-            section.ckpt_path = ckpt_path
-            try:
-                super()._parse_ckpt_path()
-            finally:
-                # Lightning still resolves `last` itself, as it always did.
-                self.config[subcommand].ckpt_path = "last"
-        else:
-            super()._parse_ckpt_path()
+        super()._parse_ckpt_path()
         kept = self.config[subcommand].get("model") if given else None
         kept = kept.as_dict() if kept is not None else {}
         # Lightning's CLI replaces the model's settings with the checkpoint's, the ones given
@@ -188,6 +186,24 @@ class TrainingCLI(LightningCLI):
         named = run_dir / "checkpoints" / f"{alias}.ckpt"
         return str(named) if named.is_file() else None
 
+    @staticmethod
+    def _use_the_runs_split(config, ckpt_path: str) -> None:
+        """Evaluate a run's checkpoint on the split it was trained with: its run folder's
+        ``split.json``, where the data source is the run's. Split again from other settings
+        (another ``data.split_seed``), the test and validation documents could be ones the
+        weights trained on."""
+        checkpoint = Path(ckpt_path).expanduser().resolve()
+        run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
+        if config.data.split_file or run_dir is None or not (run_dir / "split.json").is_file():
+            return
+        try:
+            recorded = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        if (recorded.get("data") or {}).get("source") == config.data.source:
+            config.data.split_file = str(run_dir / "split.json")
+            log.info("%s: evaluated on its run's split, %s", ckpt_path, config.data.split_file)
+
     def before_instantiate_classes(self) -> None:
         config = self._subcommand_section(self.config)
         ckpt_path = config.get("ckpt_path")
@@ -199,6 +215,8 @@ class TrainingCLI(LightningCLI):
             # WordPiece tokenizer trained again can differ: tokenizers 0.23 breaks ties in hash
             # order).
             config.data.tokenizer_from = ckpt_path
+        if self.subcommand in ("validate", "test", "predict") and ckpt_path:
+            self._use_the_runs_split(config, ckpt_path)
         max_tokens, max_positions = config.data.max_tokens, config.model.max_positions
         positions, window = config.model.positions, config.model.window_tokens
         if config.model.encoder:

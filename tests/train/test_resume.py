@@ -4,6 +4,7 @@ uninterrupted run ends (CPU, fixed seed): same weights path, same metrics."""
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -555,17 +556,17 @@ def test_a_resumed_fit_names_the_given_model_settings_it_does_not_use(tmp_path, 
     "built another network around the saved weights)",
 )
 def test_a_fit_resumed_from_last_builds_the_network_its_checkpoint_was_saved_with(
-    tmp_path, caplog, monkeypatch
+    tmp_path, caplog, monkeypatch, capsys
 ):
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
     from docclass.cli import main
 
-    def fit(*extra):
+    def fit(*extra, run=tmp_path):
         caplog.clear()
         main(
             ["fit", "--config", str(CONFIGS / "tiny.yaml"), "--trainer.callbacks=[]",
-             "--report_after_fit", "false", "--trainer.default_root_dir", str(tmp_path), *extra]
+             "--report_after_fit", "false", "--trainer.default_root_dir", str(run), *extra]
         )  # fmt: skip
         return [r.getMessage() for r in caplog.records if "resumed fit" in r.getMessage()]
 
@@ -576,6 +577,20 @@ def test_a_fit_resumed_from_last_builds_the_network_its_checkpoint_was_saved_wit
     assert str(last) in said[0]
     resumed = torch.load(last, weights_only=True)
     assert resumed["epoch"] == 1 and resumed["hyper_parameters"]["n_heads"] == 2
+    # Resumed on another split (another seed carves other validation and test documents, some
+    # of them trained on): refused before a step.
+    with pytest.raises(SystemExit) as exit_info:
+        fit("--trainer.max_epochs", "3", "--ckpt_path", "last", "--data.split_seed", "1")
+    assert exit_info.value.code == 2 and "trained on another split" in capsys.readouterr().err
+    assert torch.load(last, weights_only=True)["epoch"] == 1
+    # A run folder without last.ckpt starts anew from its config: a stray ./last (Lightning's
+    # CLI reads any file of that name) lends it no settings.
+    monkeypatch.chdir(tmp_path)
+    shutil.copyfile(last, tmp_path / "last")
+    assert fit("--trainer.max_epochs", "1", "--ckpt_path", "last", "--model.n_heads", "8",
+               "--test_after_fit", "false", run=tmp_path / "new") == []  # fmt: skip
+    new = torch.load(tmp_path / "new" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert new["epoch"] == 0 and new["hyper_parameters"]["n_heads"] == 8
     # Every DDP rank parses the command line: only rank 0 says so.
     monkeypatch.setattr(rank_zero_only, "rank", 1)
     assert fit("--trainer.max_epochs", "2", "--ckpt_path", "last", "--model.n_heads", "8",
