@@ -477,6 +477,17 @@ def test_a_folder_exported_again_keeps_its_data_and_split_on_the_card(exported, 
     assert split in second and "Not recorded" not in second
 
 
+def test_an_export_carries_no_path_of_the_training_machine(fitted, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(fitted, run)
+    metrics = json.loads((run / "metrics.json").read_text())
+    metrics["data"]["source_path"] = "/home/alice/clients/acme/confidential.csv"
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    main(["export", "--ckpt", str(run / "checkpoints" / "last.ckpt"), "--out", str(tmp_path / "m")])
+    config = (tmp_path / "m" / "config.json").read_text()
+    assert "acme" not in config and json.loads(config)["data"]["source"] == "bbc"
+
+
 def test_commands_take_a_folder(exported, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("sys.stdin", __import__("io").StringIO("\n".join(TEXTS[:3]) + "\n"))
     main(["classify", "--ckpt", str(exported), "-", "--top_words", "2"])
