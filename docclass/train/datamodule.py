@@ -642,8 +642,8 @@ class DocDataModule(pl.LightningDataModule):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         trained_on = state_dict.get(SPLIT_KEY)
-        fitting = self.trainer is not None and self.trainer.state.fn == "fit"
-        if fitting and trained_on and trained_on != self.split_fingerprint():
+        fitting = trained_on and self.trainer is not None and self.trainer.state.fn == "fit"
+        if fitting and trained_on != self.split_fingerprint():
             # Split again, its validation and test documents could be ones it trained on.
             raise DataError(
                 "the checkpoint trained on another split than these data settings make: the "
