@@ -439,6 +439,7 @@ def test_bf16_mixed_precision_trains(tmp_path):
     assert metrics["test"]["accuracy"] >= 0.9
     # Lightning's own autocast, seen from inside the step (model.cpu_train_precision left 32).
     assert metrics["training_steps_precision"] == "bfloat16 autocast"
+    assert metrics["evaluation_precision"] == "bf16-mixed"  # the figures are autocast's
     # The same weights evaluated in float32 classify the test documents as bf16 did (±1).
     run_cli(
         "test", *common, "--ckpt_path", str(bf16 / "checkpoints" / "last.ckpt"),
@@ -446,6 +447,7 @@ def test_bf16_mixed_precision_trains(tmp_path):
     )  # fmt: skip
     exact = json.loads((tmp_path / "fp32" / "metrics.json").read_text())
     assert exact["training_steps_precision"] is None  # no step trained in that process
+    assert exact["evaluation_precision"] == "32-true"
     pairs = zip(metrics["test"]["confusion_matrix"], exact["test"]["confusion_matrix"], strict=True)
     differences = sum(abs(a - b) for x, y in pairs for a, b in zip(x, y, strict=True))
     assert differences <= 2  # one document moved counts twice

@@ -345,6 +345,9 @@ class RunReport(pl.Callback):
             # A resumed fit adds its checkpoint's ("bfloat16 autocast, then float32 after
             # resuming").
             "training_steps_precision": getattr(pl_module, "training_steps_precision", None),
+            # What these test (and the validation) figures computed in: Lightning's precision
+            # ("bf16-mixed" is autocast), while classify, serve and the report run float32.
+            "evaluation_precision": str(trainer.precision),
             "machine": machine_summary(),
         }
         metric_log = self._metric_log(trainer)
