@@ -90,7 +90,7 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 # A plain number ("-1", "+0.5", "-2e3") is a value, not a formula: a class named -1 stays -1.
-PLAIN_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+PLAIN_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 def spreadsheet_safe(value: Any) -> Any:

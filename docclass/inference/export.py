@@ -51,7 +51,7 @@ def run_facts(run_dir: Path | None, fingerprint: str) -> dict[str, Any]:
         return {}
     metrics = read_json(run_dir / "metrics.json") or {}
     facts: dict[str, Any] = {}
-    tested = measured_on(metrics.get("test"), fingerprint)
+    tested = measured_on(metrics.get("test"), fingerprint) or _tested_apart(run_dir, fingerprint)
     if tested:
         facts["test"] = {
             key: tested[key]
@@ -86,6 +86,16 @@ def run_facts(run_dir: Path | None, fingerprint: str) -> dict[str, Any]:
         # The folder's own weights are the ones measured: the fingerprint is not copied.
         facts["calibration"] = {k: v for k, v in calibration.items() if k != "weights"}
     return facts
+
+
+def _tested_apart(run_dir: Path, fingerprint: str) -> dict[str, Any] | None:
+    """These weights' test scores from a ``docclass test`` in the run's folder, which writes
+    ``metrics.<checkpoint>.json`` beside the fit's ``metrics.json``."""
+    for path in sorted(run_dir.glob("metrics.*.json")):
+        tested = measured_on((read_json(path) or {}).get("test"), fingerprint)
+        if tested:
+            return tested
+    return None
 
 
 def _spread(seeds_summary: str | None) -> dict[str, Any] | None:

@@ -642,14 +642,21 @@ class DocDataModule(pl.LightningDataModule):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         trained_on = state_dict.get(SPLIT_KEY)
-        fitting = trained_on and self.trainer is not None and self.trainer.state.fn == "fit"
-        if fitting and trained_on != self.split_fingerprint():
+        if trained_on and self.trainer is not None and trained_on != self.split_fingerprint():
             # Split again, its validation and test documents could be ones it trained on.
-            raise DataError(
-                "the checkpoint trained on another split than these data settings make: the "
-                "data or a data.* setting (split_seed, fractions, max_docs_per_class, the "
-                "source's rows) changed since; resume with those it trained with, or start a "
-                "new run"
+            if self.trainer.state.fn == "fit":
+                raise DataError(
+                    "the checkpoint trained on another split than these data settings make: "
+                    "the data or a data.* setting (split_seed, fractions, max_docs_per_class, "
+                    "the source's rows) changed since; resume with those it trained with, or "
+                    "start a new run"
+                )
+            # Evaluating on other data is allowed; on its own data split otherwise, it is not
+            # held out: said, not refused.
+            log.warning(
+                "these splits are not the ones the checkpoint trained on: on the same data, "
+                "some validation and test documents may be ones it trained on; pass its run's "
+                "split.json as --data.split_file, or the data settings it trained with"
             )
         if state_dict:
             self._resume_at = (state_dict["epoch"], state_dict["batches_done"])

@@ -8,7 +8,6 @@ logs, and after testing ``metrics.json``, ``split.json`` and the predictions.
 
 from __future__ import annotations
 
-import json
 import logging
 import warnings
 from collections.abc import Sequence
@@ -186,24 +185,6 @@ class TrainingCLI(LightningCLI):
         named = run_dir / "checkpoints" / f"{alias}.ckpt"
         return str(named) if named.is_file() else None
 
-    @staticmethod
-    def _use_the_runs_split(config, ckpt_path: str) -> None:
-        """Evaluate a run's checkpoint on the split it was trained with: its run folder's
-        ``split.json``, where the data source is the run's. Split again from other settings
-        (another ``data.split_seed``), the test and validation documents could be ones the
-        weights trained on."""
-        checkpoint = Path(ckpt_path).expanduser().resolve()
-        run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
-        if config.data.split_file or run_dir is None or not (run_dir / "split.json").is_file():
-            return
-        try:
-            recorded = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return
-        if (recorded.get("data") or {}).get("source") == config.data.source:
-            config.data.split_file = str(run_dir / "split.json")
-            log.info("%s: evaluated on its run's split, %s", ckpt_path, config.data.split_file)
-
     def before_instantiate_classes(self) -> None:
         config = self._subcommand_section(self.config)
         ckpt_path = config.get("ckpt_path")
@@ -215,8 +196,6 @@ class TrainingCLI(LightningCLI):
             # WordPiece tokenizer trained again can differ: tokenizers 0.23 breaks ties in hash
             # order).
             config.data.tokenizer_from = ckpt_path
-        if self.subcommand in ("validate", "test", "predict") and ckpt_path:
-            self._use_the_runs_split(config, ckpt_path)
         max_tokens, max_positions = config.data.max_tokens, config.model.max_positions
         positions, window = config.model.positions, config.model.window_tokens
         if config.model.encoder:
