@@ -146,14 +146,13 @@ def doc_class_cli() -> type:
 def predicted_weights_temperature(module, ckpt_path: str | None) -> float | None:
     """The temperature the checkpoint's run fitted on these weights, None if it fitted none."""
     from docclass.artifacts.hashing import weights_fingerprint
-    from docclass.inference.model_facts import run_calibration, run_dir_of
+    from docclass.inference.model_facts import fitted_temperature, run_calibration, run_dir_of
 
     if not ckpt_path:
         return None
     fingerprint = functools.partial(weights_fingerprint, module.model.state_dict())
-    calibration = run_calibration(run_dir_of(ckpt_path), fingerprint)
-    fitted = calibration and calibration.get("fit", "likelihood") == "likelihood"
-    return calibration["temperature"] if fitted else None  # raw, as /info says, where none fit
+    # Raw, as /info says, where none fitted.
+    return fitted_temperature(run_calibration(run_dir_of(ckpt_path), fingerprint))
 
 
 def calibrate_after_fit(module, datamodule, classifier, run_dir: Path, device: str) -> None:

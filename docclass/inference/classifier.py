@@ -25,7 +25,11 @@ import torch
 from docclass.artifacts.load import TrainedClassifier, load_classifier
 from docclass.calibration import TEMPERATURE_RANGE, scaled_probabilities
 from docclass.errors import ConfigError
-from docclass.inference.model_facts import model_calibration, model_default_method
+from docclass.inference.model_facts import (
+    fitted_temperature,
+    model_calibration,
+    model_default_method,
+)
 from docclass.interpret.default_method import UNMEASURED_DEFAULT, DefaultMethod
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.inputs import DocumentInput, batched, encode_documents, forward_batches
@@ -280,7 +284,7 @@ class DocClassifier:
     def temperature_fitted(self) -> bool:
         """Whether a temperature was fitted; False when uncalibrated, or when no temperature
         fitted (the probabilities stay raw: ``calibration["fit"]`` says why)."""
-        return bool(self.calibration) and self.calibration.get("fit", "likelihood") == "likelihood"
+        return fitted_temperature(self.calibration) is not None
 
     def check_threshold(self, min_probability: float | None, calibrated: bool = True) -> None:
         """Refuse a ``min_probability`` that would be held against probabilities it was not

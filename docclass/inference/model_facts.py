@@ -80,6 +80,14 @@ def run_calibration(run_dir: Path | None, fingerprint: Callable[[], str]) -> dic
     return _checked_calibration(measured, run_dir / CALIBRATION_FILE) if measured else None
 
 
+def fitted_temperature(calibration: dict[str, Any] | None) -> float | None:
+    """What the probabilities are divided by: the calibration's temperature where one was
+    fitted; None where the weights are uncalibrated or no temperature fitted (raw)."""
+    if calibration and calibration.get("fit", "likelihood") == "likelihood":
+        return calibration["temperature"]
+    return None
+
+
 def _checked_calibration(facts: Any, where: Path) -> dict[str, Any]:
     temperature = facts.get("temperature") if isinstance(facts, dict) else None
     low, high = TEMPERATURE_RANGE

@@ -504,10 +504,12 @@ def _end_children(grace: float = CHILD_GRACE_S) -> None:
 
 def _served_model(classifier) -> dict[str, Any]:
     """What a worker must agree on with ``/info``: the weights, labels and temperature."""
+    from docclass.inference.model_facts import fitted_temperature
+
     return {
         "weights": classifier.trained.fingerprint,
         "labels": list(classifier.labels),
-        "temperature": classifier.temperature if classifier.temperature_fitted else None,
+        "temperature": fitted_temperature(classifier.calibration),
     }
 
 
@@ -520,7 +522,11 @@ def _read_model(ckpt: str) -> tuple[str, dict[str, Any]]:
     from docclass.artifacts.folder import read_folder_config
     from docclass.artifacts.load import load_classifier, read_artifact
     from docclass.artifacts.locate import resolve_model
-    from docclass.inference.model_facts import model_calibration, model_default_method
+    from docclass.inference.model_facts import (
+        fitted_temperature,
+        model_calibration,
+        model_default_method,
+    )
 
     local = resolve_model(ckpt)
     artifact = read_artifact(local)
@@ -538,9 +544,7 @@ def _read_model(ckpt: str) -> tuple[str, dict[str, Any]]:
         "default_method_reason": default.reason,
         # What /predict divides the logits by unless a request asks for the raw softmax (null
         # when it gives the raw softmax anyway), and why none was fitted where one was tried.
-        "temperature": calibration["temperature"]
-        if calibration and calibration.get("fit", "likelihood") == "likelihood"
-        else None,
+        "temperature": fitted_temperature(calibration),
         "calibration": (calibration or {}).get("fit", "none for these weights"),
         # Which weights the workers serve: each checks that it loaded these.
         "weights": fingerprint(),
