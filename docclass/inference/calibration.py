@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import torch
 
+from docclass.artifacts.checkpoint import load_checkpoint
 from docclass.artifacts.load import TrainedClassifier, load_classifier
 from docclass.calibration import (
     ECE_BINS,
@@ -37,6 +38,7 @@ from docclass.inference.model_facts import CALIBRATION_FILE, read_json, run_dir_
 from docclass.inference.reporting import CONFIG_SUFFIXES, Documents, documents_from_datamodule
 from docclass.interpret.inputs import batched, encode_documents, float32_model
 from docclass.nn.model import DocumentClassifier
+from docclass.train.datamodule import DocDataModule
 from docclass.train.lightning_cli import datamodule_from_config
 
 log = logging.getLogger(__name__)
@@ -244,11 +246,27 @@ def calibrate_command(
     datamodule = datamodule_from_config(data, overrides)
     validation = documents_from_datamodule(datamodule, "val")
     check_same_source(run_dir, data, datamodule.stats["source"])
+    check_same_split(ckpt, run_dir, data, datamodule)
     test = documents_from_datamodule(datamodule, test_split) if test_split else None
     facts = calibrate(classifier, validation, test, device)
     path = write_calibration(run_dir, facts)
     print(f"{summary_line(facts)} → {path}")
     return facts
+
+
+def check_same_split(ckpt: str, run_dir: Path, data: str, datamodule: DocDataModule) -> None:
+    """Refuse held-out documents of another split than the checkpoint's (a stale split.json
+    left by another fit into the run folder, or other data settings): some would be documents
+    it trained on, and a temperature fitted to its certainty there flatters every probability."""
+    trained_on = DocDataModule.trained_split(load_checkpoint(ckpt))
+    if trained_on is not None and trained_on != datamodule.split_fingerprint():
+        split_file = run_dir / "split.json"
+        using = f" with {split_file}" if split_file.is_file() else ""
+        raise DataError(
+            f"{ckpt}: trained on another split than --data {data}{using} makes (the data, a "
+            "data.* setting or the split file changed since); calibrate with the config and "
+            "split.json of the fit that wrote this checkpoint"
+        )
 
 
 def check_same_source(run_dir: Path, data: str, source: str) -> None:

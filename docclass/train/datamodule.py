@@ -583,6 +583,12 @@ class DocDataModule(pl.LightningDataModule):
             self._split_fingerprint = digest.hexdigest()
         return self._split_fingerprint
 
+    @classmethod
+    def trained_split(cls, checkpoint: dict[str, Any]) -> str | None:
+        """The split fingerprint a loaded checkpoint trained on (Lightning keeps a datamodule's
+        state under its class name); None for a checkpoint of an earlier docclass."""
+        return (checkpoint.get(cls.__qualname__) or {}).get(SPLIT_KEY)
+
     def _position(self) -> dict[str, int]:
         """The epoch training resumes in and the number of its batches already done.
 

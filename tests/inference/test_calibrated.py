@@ -241,6 +241,21 @@ def test_the_command_refuses_a_config_that_reads_another_source(fitted, tmp_path
     assert json.loads((run / "calibration.json").read_text()) == {"by_weights": {}}
 
 
+def test_the_command_refuses_a_split_file_the_checkpoint_did_not_train_on(fitted, tmp_path):
+    """A split.json another fit left in the run folder: one training document swapped with a
+    validation one. The temperature would be fitted partly on a document the weights learnt."""
+    run = tmp_path / "run"
+    write_run(fitted, run, {})
+    split = json.loads((fitted / "split.json").read_text())
+    split["train"][0], split["val"][0] = split["val"][0], split["train"][0]
+    (run / "split.json").write_text(json.dumps(split))
+    shutil.copy(fitted / "metrics.json", run / "metrics.json")
+    with pytest.raises(DataError, match="trained on another split than --data .* with .*split"):
+        main_error(["calibrate", "--ckpt", str(run / "checkpoints" / "last.ckpt"),
+                    "--data", str(CONFIGS / "tiny.yaml")])  # fmt: skip
+    assert json.loads((run / "calibration.json").read_text()) == {"by_weights": {}}
+
+
 def main_error(argv: list[str]):
     """A command run in this process, its errors raised rather than printed."""
     from docclass.cli import run_command
