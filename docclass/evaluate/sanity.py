@@ -155,14 +155,24 @@ def randomisation_stages(model) -> list[tuple[str, list[str]]]:
         names.append(f"blocks.{index}")
         stages.append((f"block {index}", list(names)))
     names += ["embed"] + (["position_table"] if model.position_table is not None else [])
+    if model.config.embedding_norm:  # a pre-trained encoder's: trained weights, not an identity
+        names.append("embedding_norm")
     stages.append(("embeddings", list(names)))
     return stages
 
 
 def randomised_copy(classifier, module_names: Sequence[str], seed: int = 0):
-    """The classifier with the named modules' weights taken from a freshly initialised model."""
-    torch.manual_seed(seed)
-    fresh = DocumentClassifier(classifier.model.config)
+    """The classifier with the named modules' weights taken from a freshly initialised model.
+
+    The fresh model is drawn from a seed made of the trained weights' fingerprint, never from
+    ``seed`` alone: a run trained under ``seed_everything(s)`` started from the very weights
+    ``torch.manual_seed(s)`` draws, so "randomising" to those gave back weights training had
+    barely moved, and every method looked as if it ignored the weights. Drawn under a forked
+    generator, so the caller's random state is left as it was."""
+    drawn_from = (int(classifier.fingerprint[:15], 16) + seed) % 2**63
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(drawn_from)
+        fresh = DocumentClassifier(classifier.model.config)
     model = copy.deepcopy(classifier.model)
     for name in module_names:
         model.get_submodule(name).load_state_dict(fresh.get_submodule(name).state_dict())

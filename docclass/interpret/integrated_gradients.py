@@ -1,8 +1,9 @@
 """Integrated gradients (Sundararajan et al. 2017), through Captum.
 
 The gradient of the predicted logit is integrated along the straight path from a baseline to
-the token embeddings. The baseline is the padding token's embedding (all zeros) at every
-position, with the positions kept, so the attributions explain the words, not where they stand.
+the token embeddings. The baseline is a zero word vector at every position (a from-scratch
+model's padding embedding; a pre-trained encoder's [PAD] vector is not zero), with the
+positions kept, so the attributions explain the words, not where they stand.
 Captum's implementation, with its convergence delta (how far the attributions miss
 ``f(x) − f(baseline)``) reported. Dozens of passes per document: measured on samples.
 """

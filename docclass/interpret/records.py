@@ -78,7 +78,7 @@ METHODS: dict[str, MethodInfo] = {
     "integrated_gradients": MethodInfo(
         "integrated gradients",
         True,
-        "integrated gradients: the class logit's gradient integrated from a padding baseline to "
+        "integrated gradients: the class logit's gradient integrated from a zero word vector to "
         "each word's embedding (Captum); signed, and sums to the logit's change.",
     ),
 }

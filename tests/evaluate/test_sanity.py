@@ -129,13 +129,51 @@ def test_randomised_copy_takes_fresh_weights_only_where_asked():
         "read-out", "pool", "block 1", "block 0", "embeddings",
     ]  # fmt: skip
     partial = trust.randomised_copy(classifier, stages[1][1], seed=3).model.state_dict()
-    torch.manual_seed(3)
-    fresh = DocumentClassifier(classifier.model.config).state_dict()
     trained = classifier.model.state_dict()
     for key, value in partial.items():
-        source = fresh if key.split(".")[0] in ("head", "pool", "final_norm") else trained
-        assert torch.equal(value, source[key]), key
-    assert not torch.equal(partial["head.weight"], trained["head.weight"])
+        if key.split(".")[0] not in ("head", "pool", "final_norm"):
+            assert torch.equal(value, trained[key]), key
+        elif not key.startswith("final_norm"):  # a fresh LayerNorm is ones and zeros anyway
+            assert not torch.equal(value, trained[key]), key
+    again = trust.randomised_copy(classifier, stages[1][1], seed=3).model.state_dict()
+    other = trust.randomised_copy(classifier, stages[1][1], seed=4).model.state_dict()
+    assert torch.equal(again["head.weight"], partial["head.weight"])
+    assert not torch.equal(other["head.weight"], partial["head.weight"])
+
+
+def test_randomised_weights_are_not_the_ones_training_started_from():
+    """``tiny_classifier`` is built under ``torch.manual_seed(0)``, as a run trained with
+    ``seed_everything(0)`` starts: a copy "randomised" with seed 0 must not be those weights
+    again (a weight training barely moved would look randomised and be unchanged)."""
+    classifier = tiny_classifier(n_layers=1)
+    every_stage = trust.randomisation_stages(classifier.model)[-1][1]
+    state = torch.random.get_rng_state()
+    randomised = trust.randomised_copy(classifier, every_stage, seed=0).model.state_dict()
+    assert torch.equal(torch.random.get_rng_state(), state)  # the caller's draws left alone
+    for key in ("head.weight", "pool.queries", "embed.weight"):
+        pair = torch.stack(
+            [randomised[key].flatten(), classifier.model.state_dict()[key].flatten()]
+        )
+        assert abs(float(torch.corrcoef(pair)[0, 1])) < 0.5, key
+
+
+def test_the_last_stage_randomises_every_weight_a_pre_trained_encoder_has():
+    """A post-norm encoder's embedding LayerNorm holds trained weights (MiniLM's scale is not
+    1): left out, "every weight randomised" kept some trained ones."""
+    classifier = tiny_classifier(
+        n_layers=2, embedding_norm=True, norm="post", positions="learned", max_positions=64
+    )
+    with torch.no_grad():
+        for parameter in classifier.model.parameters():
+            parameter.add_(torch.randn_like(parameter))  # trained: no weight at its start value
+    every_stage = trust.randomisation_stages(classifier.model)[-1][1]
+    randomised = trust.randomised_copy(classifier, every_stage).model.state_dict()
+    kept = [
+        key
+        for key, value in classifier.model.state_dict().items()
+        if value.is_floating_point() and torch.equal(value, randomised[key])
+    ]
+    assert kept == []
 
 
 def test_randomising_weights_changes_faithful_scores_and_not_what_cannot_see_them(planted):
