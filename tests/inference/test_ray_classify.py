@@ -419,12 +419,6 @@ def blocking_inputs(root: Path) -> tuple[list[str], Path]:
 PIPE_TEXT = b"The film won the award at the festival."
 
 
-def gone(pid: int) -> bool:
-    """Exited (a zombie not yet reaped counts: it runs no more code)."""
-    status = _read(f"/proc/{pid}/status")
-    return not status or b"\nState:\tZ" in status
-
-
 def settled_parts(out: Path, mark: str) -> dict[str, int] | None:
     """Part files and their modified times, once no process of the run (its environment
     carries ``mark``) is left to add one."""
@@ -448,20 +442,21 @@ def _read(path: str) -> bytes:
 @linux_only
 def test_a_killed_worker_loses_and_repeats_nothing(tmp_path, capsys, ckpt, drivers):
     out, me = tmp_path / "parts", {os.getpid()}
-    with held_pipe(tmp_path / "in") as (arguments, pipe, writer):
+    with held_pipe(tmp_path / "in") as (arguments, pipe, _):
         run = drivers(ckpt, arguments, out, "--shard_documents", "4")
         victim = wait_for(lambda: pipe_readers(pipe, me), "a worker to read the pipe")[0]
+        # The victim waits on the pipe, mid-shard. Before it is killed, the pipe's name is
+        # given to a file of the same text: Ray runs a retried actor task at least once, so
+        # the shard may be read more than once, and a second read of a pipe finds it empty
+        # where a second read of a file (what users classify) finds the same bytes.
+        text_file = tmp_path / "pipe-text"
+        text_file.write_bytes(PIPE_TEXT)
+        os.replace(text_file, pipe)
         os.kill(victim, signal.SIGKILL)
-        # Written only once the victim is dead: a reader woken by the kill could still take
-        # the bytes on its way out, and the retried shard would find the pipe empty.
-        wait_for(lambda: gone(victim), "the killed worker to die")
-        os.write(writer, PIPE_TEXT)
-        # Close our end only once the retried shard's reader has the pipe open: then it reads
-        # the document and the end of the file.
-        wait_for(lambda: pipe_readers(pipe, me | {victim}), "the retried shard to read the pipe")
     err = finished(run)
-    assert "classified 41 of 41 documents (0 errors" in err, err[-2000:]
     rows = part_rows(out)
+    errors = [(row["id"], row["error"]) for row in rows if row["error"]]
+    assert "classified 41 of 41 documents (0 errors" in err, (errors, err[-2000:])
     local = local_rows(ckpt, [a for a in arguments if "pipe" not in a], tmp_path, capsys)
     assert sorted(row["id"] for row in rows) == sorted([row["id"] for row in local] + [str(pipe)])
     piped = next(row for row in rows if row["id"] == str(pipe))
