@@ -161,6 +161,12 @@ def randomisation_stages(model) -> list[tuple[str, list[str]]]:
     return stages
 
 
+def fresh_weights_seed(classifier, seed: int = 0) -> int:
+    """The seed the randomised copies' fresh model is drawn from: ``seed`` offset by the
+    trained weights' fingerprint (see ``randomised_copy``)."""
+    return (int(classifier.fingerprint[:15], 16) + seed) % 2**63
+
+
 def randomised_copy(classifier, module_names: Sequence[str], seed: int = 0):
     """The classifier with the named modules' weights taken from a freshly initialised model.
 
@@ -169,9 +175,8 @@ def randomised_copy(classifier, module_names: Sequence[str], seed: int = 0):
     ``torch.manual_seed(s)`` draws, so "randomising" to those gave back weights training had
     barely moved, and every method looked as if it ignored the weights. Drawn under a forked
     generator, so the caller's random state is left as it was."""
-    drawn_from = (int(classifier.fingerprint[:15], 16) + seed) % 2**63
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(drawn_from)
+        torch.manual_seed(fresh_weights_seed(classifier, seed))
         fresh = DocumentClassifier(classifier.model.config)
     model = copy.deepcopy(classifier.model)
     for name in module_names:

@@ -259,7 +259,15 @@ def check_same_split(ckpt: str, run_dir: Path, data: str, datamodule: DocDataMod
     left by another fit into the run folder, or other data settings): some would be documents
     it trained on, and a temperature fitted to its certainty there flatters every probability."""
     trained_on = DocDataModule.trained_split(load_checkpoint(ckpt))
-    if trained_on is not None and trained_on != datamodule.split_fingerprint():
+    if trained_on is None:
+        log.warning(
+            "%s: written by an earlier docclass, it names no split; calibrating on the split "
+            "--data %s makes, unchecked (a split.json another fit left in the run folder "
+            "would go unnoticed)",
+            ckpt,
+            data,
+        )
+    elif trained_on != datamodule.split_fingerprint():
         split_file = run_dir / "split.json"
         using = f" with {split_file}" if split_file.is_file() else ""
         raise DataError(
