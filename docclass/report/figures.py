@@ -41,8 +41,10 @@ def confusion_matrix_figure(
     figure, axes = plt.subplots(figsize=(size, size))
     axes.imshow(matrix, cmap="Blues")
     ticks = range(len(label_names))
-    axes.set_xticks(ticks, label_names, rotation=45, ha="right")
-    axes.set_yticks(ticks, label_names)
+    # Label names as written: matplotlib reads text between two dollar signs as math, which
+    # drew "costs $5-$10" as "costs 5 − 10" and failed the whole figure on "$\money$ talk".
+    axes.set_xticks(ticks, label_names, rotation=45, ha="right", parse_math=False)
+    axes.set_yticks(ticks, label_names, parse_math=False)
     axes.set_xlabel("predicted")
     axes.set_ylabel("true")
     threshold = matrix.max() / 2 if matrix.size else 0
