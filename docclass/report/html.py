@@ -333,13 +333,17 @@ def _run_metrics(run_dir: Path | None, weights: str | None) -> dict[str, Any] | 
 
 
 def _metric_log(run_dir: Path | None) -> Path | None:
-    if not run_dir:
+    """The CSV log of the fit the run's ``metrics.json`` describes, found in ``run_dir`` (which
+    may have moved since). Not the newest log: ``docclass test`` in a run folder starts a log
+    version of its own, test figures only, and the page's training curves came out empty."""
+    path = run_dir / "metrics.json" if run_dir else None
+    if not path or not path.is_file():
         return None
-    logs = sorted(
-        (run_dir / "logs").glob("version_*/metrics.csv"),
-        key=lambda p: int(p.parent.name.split("_")[-1]),
-    )
-    return logs[-1] if logs else None
+    named = json.loads(path.read_text()).get("metric_log")
+    if not named:
+        return None
+    log = run_dir / "logs" / Path(named).parent.name / "metrics.csv"
+    return log if log.is_file() else None
 
 
 def _summary(

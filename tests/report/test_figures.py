@@ -1,8 +1,10 @@
 import io
+import json
 
 import numpy as np
 
 from docclass.report.figures import confusion_matrix_figure
+from docclass.report.html import _metric_log
 
 
 def test_class_names_with_dollar_signs_are_drawn_as_written():
@@ -14,3 +16,18 @@ def test_class_names_with_dollar_signs_are_drawn_as_written():
     for ticks in (figure.axes[0].get_xticklabels(), figure.axes[0].get_yticklabels()):
         assert [tick.get_text() for tick in ticks] == names
         assert not any(tick.get_parse_math() for tick in ticks)
+
+
+def test_the_training_curves_come_from_the_fit_metrics_json_names(tmp_path):
+    # `docclass test` in a run folder starts logs/version_1 with test figures only; the page
+    # drew its two empty plots because it took the newest log.
+    run = tmp_path / "run"
+    for version, header in ((0, "step,train/loss_step,val/acc"), (1, "step,test/acc")):
+        (run / "logs" / f"version_{version}").mkdir(parents=True)
+        (run / "logs" / f"version_{version}" / "metrics.csv").write_text(header + "\n0,1,0.5\n")
+    # The fit named its log by the path it was run with; the folder has moved since.
+    named = "/elsewhere/run/logs/version_0/metrics.csv"
+    (run / "metrics.json").write_text(json.dumps({"metric_log": named}))
+    assert _metric_log(run) == run / "logs" / "version_0" / "metrics.csv"
+    (run / "metrics.json").write_text(json.dumps({"metric_log": None}))
+    assert _metric_log(run) is None
