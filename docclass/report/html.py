@@ -51,6 +51,7 @@ from docclass.report.summaries import (
     head_entropies,
     pool_heads_of,
     sentences,
+    times_random,
 )
 
 # Page scores are integers up to this size relative to the largest of their method, each
@@ -780,10 +781,6 @@ def _checks_section(checks: dict[str, Any], records: Sequence[dict]) -> dict[str
     return section
 
 
-def _ratio(value: float, floor: float) -> str:
-    return f"{value / floor:.1f}×" if floor > 1e-3 else "—"
-
-
 def _trust_section(
     faithfulness: dict[str, Any] | None,
     out_dir: Path,
@@ -813,7 +810,9 @@ def _trust_section(
                 {
                     "name": method_label(name),
                     "comprehensiveness": f"{row['comprehensiveness']:.3f}",
-                    "ratio": "" if name == "random" else _ratio(row["comprehensiveness"], floor),
+                    "ratio": ""
+                    if name == "random"
+                    else times_random(row["comprehensiveness"], floor),
                     "sufficiency": f"{row['sufficiency']:.3f}",
                     "beats": "—" if name == "random" else f"{100 * row['beats_random']:.0f} %",
                 }
@@ -848,7 +847,7 @@ def _extra_rows(figures: dict[str, Any]) -> dict[str, Any]:
         floor = table["random"]["comprehensiveness"]
         rows = []
         for name, row in sorted(table.items(), key=lambda kv: -kv[1]["comprehensiveness"]):
-            ratio = "" if name == "random" else _ratio(row["comprehensiveness"], floor)
+            ratio = "" if name == "random" else times_random(row["comprehensiveness"], floor)
             rows.append(
                 (
                     method_label(name),

@@ -16,6 +16,7 @@ from typing import Any
 
 from docclass.interpret.default_method import REPORT_TABLE
 from docclass.interpret.records import HEAD_PREFIX, REMOVAL_LABELS, method_label
+from docclass.report.summaries import times_random
 
 USAGE = [
     "from docclass import DocClassifier",
@@ -168,7 +169,7 @@ def _faithfulness_section(facts: dict[str, Any]) -> list[str]:
     ]
     for name, table in tables.items():
         methods = table.get("methods", {})
-        floor = max(methods.get("random", {}).get("comprehensiveness", 0.0), 1e-9)
+        floor = methods.get("random", {}).get("comprehensiveness", 0.0)
         # The report's own table is the one the default method is chosen from; the others come
         # from 'docclass faithfulness' and inform, without changing the choice.
         own = name == REPORT_TABLE
@@ -187,7 +188,8 @@ def _faithfulness_section(facts: dict[str, Any]) -> list[str]:
         for name, row in sorted(shown.items(), key=lambda kv: -kv[1]["comprehensiveness"]):
             lines.append(
                 f"| {_cell(method_label(name))} | {row['comprehensiveness']:.3f} | "
-                f"{row['comprehensiveness'] / floor:.1f} | {row['sufficiency']:.3f} |"
+                f"{'' if name == 'random' else times_random(row['comprehensiveness'], floor)} | "
+                f"{row['sufficiency']:.3f} |"
             )
         lines.append("")
     return lines

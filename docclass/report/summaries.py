@@ -102,3 +102,9 @@ def pool_heads_of(records: Sequence[dict]) -> int:
         if heads:
             return len(heads)
     return 0
+
+
+def times_random(value: float, floor: float) -> str:
+    """A method's comprehensiveness as a multiple of random's, or "—" where random's is at
+    most 0.001: a ratio to a floor that small (or negative) is noise, 210× or −400,000×."""
+    return f"{value / floor:.1f}×" if floor > 1e-3 else "—"

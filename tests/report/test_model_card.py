@@ -3,7 +3,7 @@
 import numpy as np
 
 from docclass.metrics import classification_scores
-from docclass.report.model_card import _scores_section
+from docclass.report.model_card import _faithfulness_section, _scores_section
 
 
 def test_a_class_with_no_test_documents_is_said_to_have_none():
@@ -13,3 +13,24 @@ def test_a_class_with_no_test_documents_is_said_to_have_none():
     assert "| news | 0.800 |" in card and "| tech | 0.667 |" in card
     assert "| sport | no documents |" in card
     assert "macro-F1 **0.7333**" in card
+
+
+def _faithfulness_table(random_comprehensiveness: float) -> str:
+    methods = {
+        "random": {"comprehensiveness": random_comprehensiveness, "sufficiency": 0.1},
+        "conservative": {"comprehensiveness": 0.006, "sufficiency": 0.05},
+    }
+    facts = {"faithfulness": {"report": {"methods": methods, "documents": 20}}}
+    return "\n".join(_faithfulness_section(facts))
+
+
+def test_the_cards_times_random_is_blank_where_random_removes_almost_nothing():
+    # Random's 0.00003 made conservative propagation's 0.006 read "210.4" times random, where
+    # the report's own table says "—"; a negative floor gave -400000.
+    for floor in (0.00003, -0.000015):
+        card = _faithfulness_table(floor)
+        assert "| conservative propagation | 0.006 | — | 0.050 |" in card
+        assert f"| random | {floor:.3f} |  | 0.100 |" in card
+    card = _faithfulness_table(0.002)
+    assert "| conservative propagation | 0.006 | 3.0× | 0.050 |" in card
+    assert "| random | 0.002 |  | 0.100 |" in card
