@@ -30,6 +30,13 @@ USAGE = [
 # is escaped as entities): a label named "[docs](https://…)" would otherwise be a link on the
 # hub's page, and one with a backtick would end a code span.
 _MARKDOWN_MARKUP = re.compile(r"([\\`*_\[\]~])")
+_LINE_BREAK = re.compile(r"\r\n?|\n")
+
+
+def _one_line(text: str) -> str:
+    """Every line break Markdown knows (a lone carriage return ends a line too, and started a
+    heading inside a class name) as one space."""
+    return _LINE_BREAK.sub(" ", text)
 
 
 def _cell(value: Any) -> str:
@@ -41,13 +48,13 @@ def _prose(value: Any, quote: bool = False) -> str:
     """Text shown as written in a Markdown paragraph rendered as HTML: Markdown's markup
     characters backslash-escaped, then HTML's as entities (quotes left readable in prose)."""
     escaped = _MARKDOWN_MARKUP.sub(r"\\\1", str(value))
-    return html.escape(escaped, quote=quote).replace("\n", " ")
+    return _one_line(html.escape(escaped, quote=quote))
 
 
 def _code(value: Any) -> str:
     """A Markdown code span showing the value as written: its content is never markup, so
     nothing is escaped inside; the fence is one backtick longer than any run in the value."""
-    text = str(value).replace("\n", " ")
+    text = _one_line(str(value))
     fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{fence}{pad}{text}{pad}{fence}"

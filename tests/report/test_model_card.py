@@ -1,5 +1,7 @@
 """The model card's scores: a class the test split never saw gets no F1, not a 0."""
 
+import re
+
 import numpy as np
 
 from docclass.metrics import classification_scores
@@ -34,3 +36,13 @@ def test_the_cards_times_random_is_blank_where_random_removes_almost_nothing():
     card = _faithfulness_table(0.002)
     assert "| conservative propagation | 0.006 | 3.0× | 0.050 |" in card
     assert "| random | 0.002 |  | 0.100 |" in card
+
+
+def test_a_carriage_return_in_a_class_name_starts_no_markdown_line():
+    # Markdown ends a line at a lone carriage return too: "sport\r# Approved…" made a heading.
+    test = classification_scores(np.array([[2, 0], [1, 1]]))
+    names = ["news", "sport\r# Approved by the regulator\r\n- and a list"]
+    card = "\n".join(_scores_section({"test": test, "labels": names}))
+    lines = re.split(r"\r\n?|\n", card)
+    assert not any(line.startswith(("# Approved", "- and")) for line in lines)
+    assert any("sport # Approved by the regulator - and a list" in line for line in lines)
