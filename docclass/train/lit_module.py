@@ -212,8 +212,8 @@ class DocClassifierModule(pl.LightningModule):
             pool reads every token of every window: how a pre-trained encoder (whose positions
             cover a few hundred tokens) reads a whole document (``data.max_tokens`` is then the
             document's limit).
-        window_overlap: tokens shared by consecutive windows; a shared token is read by the
-            pool from the window where it has more context.
+        window_overlap: tokens shared by consecutive windows (at most half a window); a
+            shared token is read by the pool from the window where it has more context.
         embed_dropout: dropout on embedded tokens.
         word_dropout: fraction of tokens hidden from the model during training.
         positions: sinusoidal, learned or none.

@@ -224,7 +224,9 @@ def test_layout_keeps_every_real_token_once_as_an_owner():
     "overrides, message",
     [
         (dict(window_tokens=-1), "window_tokens must be >= 0"),
-        (dict(window_overlap=8), "window_overlap must be in \\[0, window_tokens=8\\)"),
+        (dict(window_overlap=5), "window_overlap must be in \\[0, window_tokens // 2 = 4\\]"),
+        (dict(window_overlap=-1), "window_overlap must be in"),
+        (dict(window_tokens=0, window_overlap=1), "window_tokens // 2 = 0"),
         (dict(window_tokens=16), "window_tokens 16 exceeds the 8 learned positions"),
         (dict(attention_window=4), "set one of them"),
     ],
