@@ -64,9 +64,11 @@ def test_extra_padding_does_not_change_logits(positions, window, layout):
     )
 
 
-@pytest.mark.parametrize("window", [0, 3])
-def test_fused_and_explicit_paths_agree(window):
-    model = DocumentClassifier(tiny_config(attention_window=window)).eval()
+def test_banded_attention_with_and_without_weights_agree():
+    # Banded attention only: with full attention both calls take their output from the same
+    # fused kernel (the weights are computed beside it), which the comparison cannot test;
+    # test_attention checks those weights rebuild the output.
+    model = DocumentClassifier(tiny_config(attention_window=3)).eval()
     ids, mask = padded_batch([8, 5, 1])
     assert_close(
         model(ids, mask, need_layer_weights=True).logits,
