@@ -50,6 +50,7 @@ from docclass.report.html import (
     rewrite_report,
     write_report,
 )
+from docclass.report.summaries import LOW_CONFIDENCE
 from docclass.train.datamodule import DocDataModule
 from docclass.train.lightning_cli import datamodule_from_config
 
@@ -477,8 +478,16 @@ def _capped(
 ) -> tuple[dict[str, Any], tuple[list, list, list]]:
     """Every document classified for the headline figures, and :func:`select_for_report`'s
     sample of them to explain: ``(population figures, (texts, ids, labels) shown)``."""
-    predicted = [result["label"] for result in classify_texts(classifier, texts, device=device)]
+    results = classify_texts(classifier, texts, device=device, temperature=classifier.temperature)
+    predicted = [result["label"] for result in results]
     population = population_figures(labels, predicted, classifier.label_names)
+    # The headline's other counts are the split's too: the sample's, beside the split's
+    # document count, read "213 documents · 40 below 60 % confidence" where all 213 were.
+    population["uncertain"] = sum(
+        result["score"] is not None and result["score"] < LOW_CONFIDENCE for result in results
+    )
+    population["truncated"] = sum(bool(result.get("truncated")) for result in results)
+    population["failed"] = sum(result["label"] is None for result in results)
     chosen = select_for_report(labels, predicted, max_documents)
     wrong = [t is not None and t != p for t, p in zip(labels, predicted, strict=True)]
     errors, shown_errors = sum(wrong), sum(wrong[i] for i in chosen)

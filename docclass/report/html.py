@@ -369,6 +369,15 @@ def _summary(
         # A sample chosen errors first would make its own accuracy look far worse than it is.
         summary.update({key: population.get(key) for key in ("documents", "accuracy", "macro_f1")})
         summary["errors"] = population.get("errors", 0)
+        # Counted over the split by a capped report; one written before it counted them keeps
+        # the sample's.
+        summary.update(
+            {
+                key: population[key]
+                for key in ("uncertain", "truncated", "failed")
+                if key in population
+            }
+        )
     return summary
 
 

@@ -597,7 +597,8 @@ def test_capped_report_keeps_the_headline_of_every_document(tmp_path):
     texts = documents.texts
     make_report(classifier, documents, tmp_path, max_documents=8, faithfulness=False)
     records = read_jsonl(tmp_path / "explanations.jsonl.gz")
-    predicted = [r["label"] for r in DocClassifier(classifier, "cpu").predict(texts)]
+    results = DocClassifier(classifier, "cpu").predict(texts)
+    predicted = [r["label"] for r in results]
     errors = {str(i) for i in range(30) if predicted[i] != labels[i]}
     shown = {r["id"] for r in records}
     room = max(8 - (30 - len(errors)), 4)  # at most half the cap once errors would fill it
@@ -606,6 +607,10 @@ def test_capped_report_keeps_the_headline_of_every_document(tmp_path):
     accuracy = sum(p == t for p, t in zip(predicted, labels, strict=True)) / 30
     assert f"<b>{accuracy:.3f}</b>accuracy" in html and "<b>30</b>documents" in html
     assert "8 of 30 documents shown" in html and "over all 30 documents" in html
+    # The other headline counts are the split's too, not the sample's.
+    uncertain = sum(r["score"] < 0.6 for r in results)
+    assert uncertain > 8  # the sample's count could not reach it
+    assert f"<b>{uncertain}</b>below 60 % confidence" in html
 
 
 def test_a_report_made_again_with_fewer_documents_leaves_no_page_of_the_first(report, tmp_path):
