@@ -18,7 +18,7 @@ model call (``--max-batch-size``, ``--batch-timeout``); the texts of a call are 
 length (``docclass.interpret.inputs``), so a short document never waits on padding to a long one.
 
 The body is validated before it reaches the model: malformed JSON and wrong types get 422,
-bodies over ``--max-body-mb`` get 413, and more than ``MAX_TEXTS_PER_REQUEST`` texts get 422 —
+bodies over ``--max_body_mb`` get 413, and more than ``MAX_TEXTS_PER_REQUEST`` texts get 422 —
 each with a one-line ``error`` naming the fix. A text is read up to ``--max_tokens`` tokens
 (``DEFAULT_MAX_TOKENS`` for a model saved without a limit, the model's own when smaller); the
 rest is cut and its result says ``truncated: true``, as ``classify`` does.

@@ -329,7 +329,7 @@ def test_json_body_without_json_content_type_is_read_as_json(server):
 
 
 @pytest.mark.fault(
-    "server: body over `--max-body-mb`",
+    "server: body over `--max_body_mb`",
     "413; the next request gets 200",
 )
 def test_oversized_body_gets_413_and_the_server_keeps_serving(server):
