@@ -6,27 +6,40 @@ puts in bf16, each in float32 and under bf16 autocast, on the same batches in on
   backward, with the optimiser step.
 
 Rounds alternate the two precisions, so a drift in the machine's speed hits both alike; each
-side keeps its median. Also reported: how far the bf16 states are from the float32 ones, and
-whether this CPU has native bf16 (where ``auto`` chooses bf16).
+side keeps its median. The training steps also run a third way, bf16 with the attention in bf16
+too (how they ran before ``docclass.nn.attention`` kept a bf16 step's attention in float32 on
+the CPU), so that choice is measured on the same batches. Also reported: how far the bf16
+states are from the float32 ones, and whether this CPU has native bf16 (where ``auto`` chooses
+bf16).
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 
 from benchmarks.throughput import load_config_datamodule
+from docclass.nn import attention
 from docclass.train.lit_module import DocClassifierModule, native_cpu_bf16
 
 PRECISIONS = ("float32", "bf16")
+BF16_ATTENTION = "bf16, attention in bf16"
 
 
 def _autocast(precision: str) -> torch.autocast:
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision != "float32")
+
+
+def _attention_as(precision: str) -> contextlib.AbstractContextManager:
+    if precision != BF16_ATTENTION:
+        return contextlib.nullcontext()
+    return mock.patch.object(attention, "_bfloat16_backward_on_cpu", lambda *tensors: False)
 
 
 def _held_states(module: DocClassifierModule, batches: list[dict], precision: str) -> tuple:
@@ -48,10 +61,11 @@ def _training_steps(
     optimizer = torch.optim.AdamW(trained, lr=1e-5)
     started = time.perf_counter()
     for batch, held in zip(batches, states, strict=True):
-        with _autocast(precision):
-            logits, _ = module.model.classify_from_block(held, batch["attention_mask"], blocks)
-        loss = torch.nn.functional.cross_entropy(logits.float(), batch["labels"])
-        loss.backward()
+        with _attention_as(precision):
+            with _autocast(precision):
+                logits, _ = module.model.classify_from_block(held, batch["attention_mask"], blocks)
+            loss = torch.nn.functional.cross_entropy(logits.float(), batch["labels"])
+            loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     return time.perf_counter() - started
@@ -70,7 +84,8 @@ def cpu_bf16_speed(config_path: str | Path, steps: int, rounds: int) -> dict[str
     module._hold_frozen_in_eval()
     batches = list(datamodule.train_dataloader())[:steps]
     seconds: dict[str, dict[str, list[float]]] = {
-        part: {p: [] for p in PRECISIONS} for part in ("held_states", "training_steps")
+        "held_states": {p: [] for p in PRECISIONS},
+        "training_steps": {p: [] for p in (*PRECISIONS, BF16_ATTENTION)},
     }
     states = {}
     for _ in range(rounds):
@@ -78,14 +93,15 @@ def cpu_bf16_speed(config_path: str | Path, steps: int, rounds: int) -> dict[str
             elapsed, states[precision] = _held_states(module, batches, precision)
             seconds["held_states"][precision].append(elapsed)
             # Both precisions train from the float32 states: the step's own cost is compared.
-            steps_s = _training_steps(module, batches, states["float32"], precision)
-            seconds["training_steps"][precision].append(steps_s)
+            for way in (precision, BF16_ATTENTION) if precision == "bf16" else (precision,):
+                steps_s = _training_steps(module, batches, states["float32"], way)
+                seconds["training_steps"][way].append(steps_s)
     errors = torch.cat([
         ((bf16 - exact).norm(dim=-1) / exact.norm(dim=-1))[batch["attention_mask"].bool()]
         for exact, bf16, batch in zip(states["float32"], states["bf16"], batches, strict=True)
     ])  # fmt: skip
     medians = {
-        part: {p: round(statistics.median(values[p]), 3) for p in PRECISIONS}
+        part: {way: round(statistics.median(times), 3) for way, times in values.items()}
         for part, values in seconds.items()
     }
     return {
@@ -97,6 +113,9 @@ def cpu_bf16_speed(config_path: str | Path, steps: int, rounds: int) -> dict[str
         "native_cpu_bf16": native_cpu_bf16(),
         "median_seconds": medians,
         "speedup_bf16": {part: round(m["float32"] / m["bf16"], 2) for part, m in medians.items()},
+        "speedup_float32_attention_in_bf16_steps": round(
+            medians["training_steps"][BF16_ATTENTION] / medians["training_steps"]["bf16"], 2
+        ),
         "bf16_state_relative_error": {
             "median": round(float(errors.median()), 5),
             "max": round(float(errors.max()), 5),

@@ -32,6 +32,11 @@ def main() -> None:
             f"{part}: float32 {medians['float32']} s, bf16 {medians['bf16']} s "
             f"(x{figures['speedup_bf16'][part]})"
         )
+    steps = figures["median_seconds"]["training_steps"]
+    print(
+        f"training steps with the attention in bf16 too: {steps['bf16, attention in bf16']} s "
+        f"(the float32 attention x{figures['speedup_float32_attention_in_bf16_steps']})"
+    )
     print(f"bf16 states' relative error: {figures['bf16_state_relative_error']}")
 
 

@@ -296,3 +296,25 @@ def test_a_pool_quantised_to_int8_takes_the_explicit_path():
     x, mask = torch.randn(2, 5, 16), random_mask(2, 5)
     with torch.no_grad():
         assert_close(quantised(x, mask)[0], pool(x, mask)[0], atol=0.05, rtol=0.05)
+
+
+def test_a_bf16_training_step_on_the_cpu_attends_in_float32():
+    # The fused kernel's bf16 backward pass took 2.5 times its float32 one on the CPU; a
+    # training step's attention runs in float32, inference keeps bf16.
+    torch.manual_seed(0)
+    attention = MultiHeadSelfAttention(d_model=64, n_heads=4).eval()
+    q, k, v = (torch.randn(2, 4, 40, 16).bfloat16().requires_grad_() for _ in range(3))
+    mask = torch.arange(40)[None, :] < torch.tensor([[40], [23]])
+    key_mask = mask[:, None, None, :]
+    in_float32 = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), key_mask)
+    in_bf16 = F.scaled_dot_product_attention(q, k, v, key_mask)
+    assert not torch.equal(in_float32.bfloat16(), in_bf16)  # the two ways differ here
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        trained, _ = attention._attend(q, k, v, mask, need_weights=False)
+        with torch.no_grad():
+            inferred, _ = attention._attend(q, k, v, mask, need_weights=False)
+    assert trained.dtype == inferred.dtype == torch.bfloat16
+    assert torch.equal(trained, in_float32.bfloat16())
+    assert torch.equal(inferred, in_bf16)
+    trained.float().sum().backward()
+    assert q.grad.dtype == torch.bfloat16 and torch.isfinite(q.grad).all()
