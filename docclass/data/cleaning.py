@@ -103,7 +103,7 @@ def encode_labels(
 
     trained = set(as_names(splits["train"]["label"]))
     if not wanted_names and not source_names:
-        _refuse_spellings_of_one_label(trained, source)
+        refuse_spellings_of_one_label(trained, source)
     label_names = wanted_names or source_names or sorted(trained, key=label_sort_key)
     index = {name: i for i, name in enumerate(label_names)}
     if not wanted_names:
@@ -126,7 +126,9 @@ def encode_labels(
     return encoded, label_names
 
 
-def _refuse_spellings_of_one_label(names: set[str], source: str) -> None:
+def refuse_spellings_of_one_label(
+    names: set[str], source: str, fix: str = "spell each class one way in the data"
+) -> None:
     """Labels that differ only in case or surrounding spaces (``"sport"``, ``" sport"``,
     ``"Sport"``) are one class spelt twice; trained apart, each would get half its documents."""
     spellings: dict[str, list[str]] = {}
@@ -136,8 +138,7 @@ def _refuse_spellings_of_one_label(names: set[str], source: str) -> None:
     if twice:
         raise DataError(
             f"{source}: label(s) {twice[0]} differ only in case or spaces"
-            f"{f' (and {len(twice) - 1} more such group(s))' if len(twice) > 1 else ''}; spell "
-            "each class one way in the data"
+            f"{f' (and {len(twice) - 1} more such group(s))' if len(twice) > 1 else ''}; {fix}"
         )
 
 

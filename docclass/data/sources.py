@@ -29,6 +29,7 @@ from pathlib import Path
 import datasets
 import pyarrow
 
+from docclass.data.cleaning import refuse_spellings_of_one_label
 from docclass.errors import DataError, one_line
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,12 @@ class SourceSpec:
     # False (reports, bulk use): a hub row marked unlabelled (-1) keeps no label instead of
     # being refused.
     labels_required: bool = True
+
+    def __post_init__(self) -> None:
+        # A path from a YAML config or the Python API reaches us with its ~ (no shell expanded
+        # it): it was "no such file" though the file was there. No hub name starts with ~.
+        if self.source.startswith("~"):
+            self.source = os.path.expanduser(self.source)
 
 
 @dataclass
@@ -252,7 +259,9 @@ def read_class_folders(root: Path, legacy_level: int = logging.WARNING) -> Loade
     """Read ``root/<class>/*.txt``: one document per file, its class named by its folder.
 
     ``legacy_level`` logs the count of files that were not valid UTF-8: a warning for the
-    user's own folders, which they can re-save.
+    user's own folders, which they can re-save. Folders named alike but for case or spaces
+    (``sport/``, ``Sport/``) are refused, as such labels in a table are: trained as two classes,
+    each would get part of the documents.
     """
     folders = sorted(p for p in root.iterdir() if p.is_dir())
     # Hidden and system folders (.git, __MACOSX) and folders without text files are no class:
@@ -265,6 +274,8 @@ def read_class_folders(root: Path, legacy_level: int = logging.WARNING) -> Loade
     skipped = [d.name for d in folders if d not in class_dirs]
     if skipped:
         log.warning("%s: not classes (hidden, or no .txt files): %s", root, skipped)
+    names = {printable_name(d.name) for d in class_dirs}
+    refuse_spellings_of_one_label(names, str(root), "merge those class folders")
     _warn_of_entries_not_read(root, folders, class_dirs)
     ids, texts, labels, legacy, binary = [], [], [], 0, []
     for class_dir in class_dirs:

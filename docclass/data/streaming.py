@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import glob
 import logging
+import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -40,7 +41,9 @@ def open_stream(
     text_column: str = "text",
     label_column: str = "label",
 ) -> datasets.IterableDataset:
-    """``stream`` as a ``datasets.IterableDataset`` with ``text`` and ``label`` columns."""
+    """``stream`` as a ``datasets.IterableDataset`` with ``text`` and ``label`` columns.
+    A path from a config reaches here with its ``~`` (no shell expanded it): expanded."""
+    stream = os.path.expanduser(stream)
     files = sorted(glob.glob(stream)) if any(c in stream for c in "*?[") else None
     if files is None and Path(stream).is_file():
         files = [stream]

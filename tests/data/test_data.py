@@ -599,7 +599,7 @@ def test_a_column_that_does_not_hold_one_value_is_refused(tmp_path):
 
 
 @pytest.mark.fault(
-    "labels spelt two ways (`sport`, ` sport`, `Sport`)",
+    "labels spelt two ways (`sport`, ` sport`, `Sport`), in a table or as class folders",
     "one line naming the spellings; never two classes of one",
 )
 def test_labels_spelt_two_ways_are_refused(tmp_path):
@@ -607,6 +607,14 @@ def test_labels_spelt_two_ways_are_refused(tmp_path):
         source=labelled_csv(tmp_path, ["sport", " sport", "Sport", "tech"] * 5)
     )
     assert "label(s) [' sport', 'Sport', 'sport'] differ only in case or spaces" in message
+    folders = tmp_path / "folders"
+    for name in ("sport", "Sport", "tech"):
+        for i in range(5):
+            (folders / name).mkdir(parents=True, exist_ok=True)
+            (folders / name / f"{i}.txt").write_text(f"{name} story number {i}")
+    message = one_line_error(source=str(folders))
+    assert "label(s) ['Sport', 'sport'] differ only in case or spaces" in message
+    assert "merge those class folders" in message
 
 
 @pytest.mark.fault(
@@ -993,3 +1001,14 @@ def test_a_binary_file_in_a_class_folder_is_skipped_not_read_as_words(tmp_path, 
     (tmp_path / "images").mkdir()
     (tmp_path / "images" / "x.txt").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
     assert read_class_folders(tmp_path).label_names == ["sport", "tech"]
+
+
+def test_a_source_and_a_stream_named_from_the_home_folder_are_found(tmp_path, monkeypatch):
+    # A config or the Python API hands over the ~ no shell expanded: "no such file" though the
+    # file was there.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    labelled_csv(tmp_path, ["sport", "tech"] * 10)
+    loaded = load_source(SourceSpec(source="~/d.csv"))
+    assert sum(len(split) for split in loaded.splits.values()) == 20
+    rows = list(open_stream("~/d.csv"))
+    assert len(rows) == 20 and rows[0]["text"] == "doc 0 words"
