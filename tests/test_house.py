@@ -14,7 +14,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "docclass"
 # Lowest first. A module may import its own layer and those below it, never one above.
 LAYERS = [
-    {"errors", "metrics", "calibration", "files"},
+    {"errors", "metrics", "calibration", "files", "processes"},
     {"nn"},
     {"data"},
     {"artifacts"},

@@ -20,7 +20,7 @@ from tokenizers import Tokenizer
 from docclass.artifacts.building import build_classifier, model_config_from
 from docclass.artifacts.checkpoint import FORMAT_VERSION
 from docclass.artifacts.hashing import MANIFEST, verify_manifest, write_manifest
-from docclass.errors import CheckpointError, one_line
+from docclass.errors import CheckpointError, ConfigError, one_line
 from docclass.files import write_atomically
 from docclass.nn.model import DocumentClassifier
 
@@ -50,7 +50,14 @@ def write_model_folder(
     from safetensors.torch import save
 
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    _refuse_a_folder_export_did_not_write(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(
+            f"{out}: cannot be made ({error.strerror or error}); give export a folder path you "
+            "can write to"
+        ) from None
     # A folder exported again must not keep a manifest that vouches for the old files while
     # the new ones are half written.
     (out / MANIFEST).unlink(missing_ok=True)
@@ -81,6 +88,26 @@ def write_model_folder(
         files.append(CARD)
     write_manifest(out, files)
     return config
+
+
+def _refuse_a_folder_export_did_not_write(out: Path) -> None:
+    """An export replaces config.json and README.md: into a project's own folder (``--out .``)
+    it overwrote the project's README without a word. Only a new or empty folder, or one an
+    export wrote (its manifest, or its config.json if a later export stopped half-way), takes
+    one."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out}: is a file; give export a folder to write the model into")
+    if not out.is_dir() or not any(out.iterdir()) or (out / MANIFEST).is_file():
+        return
+    try:
+        exported = json.loads((out / "config.json").read_text())["model_type"] == MODEL_TYPE
+    except (OSError, ValueError, KeyError, TypeError):
+        exported = False
+    if not exported:
+        raise ConfigError(
+            f"{out}: holds files no docclass export wrote (its config.json or README.md would "
+            "be replaced); export into a new or empty folder"
+        )
 
 
 def read_folder_config(folder: str | Path) -> dict[str, Any]:

@@ -21,9 +21,11 @@ reused; a fold with probabilities on disk is done, a fold with a ``last.ckpt`` r
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import io
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -39,13 +41,14 @@ from docclass.data.cleaning import TEXT_HASHES, text_hash
 from docclass.errors import ConfigError, DataError, RunStopped, UserError
 from docclass.files import lock_folder, spreadsheet_safe, write_atomically
 from docclass.inference.calibration import calibrate, labelled_logits, write_calibration
-from docclass.inference.classifier import DocClassifier
+from docclass.inference.classifier import DocClassifier, resolve_device
 from docclass.inference.model_facts import read_json
 from docclass.inference.reporting import Documents
 from docclass.interpret.default_method import DefaultMethod, default_method
 from docclass.interpret.explain import CONTRAST_RULES, class_contrast, explain_documents
 from docclass.interpret.inputs import encode_documents
 from docclass.interpret.records import method_label
+from docclass.processes import end_with_parent
 
 PLAN = "audit_plan.json"
 OUT_OF_SAMPLE = "out_of_sample.json"
@@ -204,8 +207,9 @@ def _stopped(signum: int, frame: Any) -> None:
 
 def run_child(command: list[str]) -> int:
     """Run a child process to its end; SIGTERM to the audit, Ctrl+C or any error here stops
-    the child too, so no ``docclass fit`` keeps training behind a stopped audit."""
-    child = subprocess.Popen(command)
+    the child too, so no ``docclass fit`` keeps training behind a stopped audit; an audit
+    killed outright (SIGKILL) takes it along through the kernel."""
+    child = subprocess.Popen(command, preexec_fn=functools.partial(end_with_parent, os.getpid()))
     handles = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _stopped) if handles else None
     try:
@@ -731,6 +735,7 @@ def audit_command(
             before flagging. Models that err differently flag fewer sound labels.
     """
     _needs_cleanlab()
+    resolve_device(device)  # checked before the first fold trains, not when it is scored
     if report_documents is not None and report_documents < 0:
         raise ConfigError(f"--report_documents {report_documents}: give 0 or more, or null")
     fit_args, out_dir = list(fit_args or []), Path(out)

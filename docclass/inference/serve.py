@@ -14,7 +14,7 @@ and the default method with the reason it was chosen. A body sent without a JSON
 (``curl -d``) is read as JSON all the same.
 
 LitServe runs the model in its own worker process and gathers concurrent requests into one
-model call (``--max-batch-size``, ``--batch-timeout``); the texts of a call are then grouped by
+model call (``--max_batch_size``, ``--batch_timeout``); the texts of a call are then grouped by
 length (``docclass.interpret.inputs``), so a short document never waits on padding to a long one.
 
 The body is validated before it reaches the model: malformed JSON and wrong types get 422,
@@ -30,7 +30,6 @@ ends them if the server process is killed outright (SIGKILL).
 
 # No ``from __future__ import annotations`` here: LitServe reads ``decode_request``'s annotation
 # at run time to build the endpoint, and a string would make FastAPI expect a query parameter.
-import ctypes
 import functools
 import gc
 import ipaddress
@@ -39,7 +38,6 @@ import multiprocessing
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 from typing import Any, Literal
@@ -51,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_
 
 from docclass.errors import ConfigError
 from docclass.inference.classifier import WordScoreMethod
+from docclass.processes import end_with_parent
 
 # A request is classified as a unit: this bounds the work one client can put in one batch.
 MAX_TEXTS_PER_REQUEST = 256
@@ -151,7 +150,7 @@ class ClassifierAPI(litserve.LitAPI):
     def setup(self, device: str) -> None:
         from docclass.inference.classifier import DocClassifier
 
-        _end_with_parent(self.server_pid)
+        end_with_parent(self.server_pid)
         # Ctrl+C reaches the whole process group; the server stops its workers itself, and a
         # worker interrupted mid-wait would only print a traceback.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -408,24 +407,6 @@ def token_cap(model_max_tokens: int | None, max_tokens: int) -> int:
     return min(model_max_tokens, max_tokens) if model_max_tokens else max_tokens
 
 
-_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-
-
-def _end_with_parent(parent: int) -> None:
-    """Have the kernel SIGKILL this process when ``parent`` dies (Linux only).
-
-    A server killed outright (SIGKILL, the OOM killer) runs no shutdown code, and its workers
-    would go on answering on its port.
-    """
-    if sys.platform != "linux":
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
-        logger.warning("prctl(PR_SET_PDEATHSIG) failed (errno %d)", ctypes.get_errno())
-    if os.getppid() != parent:  # it died before the line above, so no signal will come
-        os._exit(1)
-
-
 def _tie_forks_to_this_process() -> None:
     """Every process this one forks from now on (LitServe's HTTP servers and its queue
     manager) ends with it, and leaves the stop signals to the server process."""
@@ -443,7 +424,7 @@ def _tie_forks_to_this_process() -> None:
 
     def in_child() -> None:
         if forker == server:  # not a process forked by one of the server's children
-            _end_with_parent(server)
+            end_with_parent(server)
             # LitServe stops its forks with SIGTERM; the server's own handlers would swallow
             # it. Ctrl+C reaches the whole group, and the server stops its children itself.
             signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -711,3 +711,39 @@ def test_sigterm_to_the_audit_ends_the_fold_it_is_training(tmp_path):
     if outlived:  # not left training for 200 epochs behind a failed test
         os.kill(folds[0], signal.SIGKILL)
     assert not outlived, "the fold's docclass fit outlived the audit"
+
+
+def _ended(pid: int) -> bool:
+    """No such process, or one that has exited and waits to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the kernel's parent-death signal")
+@pytest.mark.fault(
+    "an audit killed outright (SIGKILL, the OOM killer) while a fold trains",
+    "the fold's `docclass fit` ends with it (it trained on as an orphan, and a resumed audit "
+    "could start a second one into the same fold folder)",
+)
+def test_a_fold_ends_with_an_audit_killed_outright():
+    fold = "import os, time; print(os.getpid(), flush=True); time.sleep(120)"
+    audit = (
+        "import sys; from docclass.inference.audit import run_child; "
+        f"run_child([sys.executable, '-c', {fold!r}])"
+    )
+    process = subprocess.Popen([sys.executable, "-c", audit], stdout=subprocess.PIPE)
+    child = int(process.stdout.readline())
+    try:
+        assert not _ended(child)
+        process.kill()
+        process.wait()
+        deadline = time.monotonic() + 10
+        while not _ended(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _ended(child)
+    finally:
+        if not _ended(child):
+            os.kill(child, signal.SIGKILL)

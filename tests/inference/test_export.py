@@ -21,8 +21,8 @@ from docclass import DocClassifier
 from docclass.artifacts.folder import MODEL_FOLDER_FILES
 from docclass.artifacts.hashing import MANIFEST, write_checkpoint_hashes, write_manifest
 from docclass.artifacts.load import load_classifier
-from docclass.cli import main
-from docclass.errors import CheckpointError
+from docclass.cli import main, run_command
+from docclass.errors import CheckpointError, ConfigError
 from docclass.inference.export import export_model
 from docclass.report.model_card import _faithfulness_section, model_card
 
@@ -284,6 +284,28 @@ def test_a_folder_of_other_rules_exported_again_drops_their_choice_and_tables(ex
         assert "other rules" in card and "Faithfulness was not measured" in card
         loaded = DocClassifier.load(out, device="cpu")
         assert loaded.default_reason == again["default_method"]["reason"]
+
+
+@pytest.mark.fault(
+    "export --out a folder holding files no export wrote (`--out .` in a project)",
+    "refused in one line before anything is written (the project's README.md was replaced); "
+    "a new or empty folder, or one an earlier export wrote, takes the model",
+)
+def test_export_refuses_a_folder_it_did_not_write(ckpt, exported, tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "README.md").write_text("my project")
+    with pytest.raises(ConfigError, match="holds files no docclass export wrote"):
+        run_command("export", ["--ckpt", str(ckpt), "--out", str(project)])
+    assert [p.name for p in project.iterdir()] == ["README.md"]
+    assert (project / "README.md").read_text() == "my project"
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(ConfigError, match="is a file"):
+        run_command("export", ["--ckpt", str(ckpt), "--out", str(tmp_path / "a-file")])
+    earlier = _copy(exported, tmp_path)
+    (earlier / MANIFEST).unlink()  # as an export stopped half-way leaves it
+    run_command("export", ["--ckpt", str(ckpt), "--out", str(earlier)])
+    assert (earlier / MANIFEST).is_file()
 
 
 def exported_from(run, tmp_path):

@@ -96,7 +96,7 @@ def test_a_worker_serves_only_the_model_info_describes(ckpt, tmp_path, monkeypat
     assert facts["weights"] == DocClassifier.load(path).trained.fingerprint
     described = {key: facts[key] for key in ("weights", "labels", "temperature")}
     # setup's process-wide steps are a worker's own: kept out of this test process.
-    for name in ("_end_with_parent", "_freeze_loaded_objects"):
+    for name in ("end_with_parent", "_freeze_loaded_objects"):
         monkeypatch.setattr(serve, name, lambda *args: None)
     monkeypatch.setattr(serve.signal, "signal", lambda *args: None)
     api = ClassifierAPI(local_path, described=described)
