@@ -16,6 +16,7 @@ import functools
 import importlib
 import importlib.util
 import logging
+import os
 import re
 import sys
 import warnings
@@ -244,6 +245,12 @@ def main(args: list[str] | None = None) -> None:
         command = f"docclass {argv[0]}" if argv[:1] and argv[0] in known else "docclass"
         print(f"docclass: error: {message} (see '{command} --help')", file=sys.stderr)
         sys.exit(2)
+    except BrokenPipeError:
+        # The reader of standard output left (`docclass classify ... | head`): stop quietly, as
+        # a pipeline expects, instead of a traceback. Output still buffered goes nowhere, and
+        # Python's exit does not raise the same error again flushing it.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
 
 
 if __name__ == "__main__":

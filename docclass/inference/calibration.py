@@ -18,7 +18,6 @@ from typing import Any, Literal
 
 import torch
 
-from docclass.artifacts.checkpoint import load_checkpoint
 from docclass.artifacts.load import TrainedClassifier, load_classifier
 from docclass.calibration import (
     ECE_BINS,
@@ -34,11 +33,16 @@ from docclass.calibration import (
 from docclass.data.sources import local_source_path
 from docclass.errors import CheckpointError, DataError
 from docclass.files import write_atomically
+from docclass.inference.classifier import resolve_device
 from docclass.inference.model_facts import CALIBRATION_FILE, read_json, run_dir_of
-from docclass.inference.reporting import CONFIG_SUFFIXES, Documents, documents_from_datamodule
+from docclass.inference.reporting import (
+    CONFIG_SUFFIXES,
+    Documents,
+    check_same_split,
+    documents_from_datamodule,
+)
 from docclass.interpret.inputs import batched, encode_documents, float32_model
 from docclass.nn.model import DocumentClassifier
-from docclass.train.datamodule import DocDataModule
 from docclass.train.lightning_cli import datamodule_from_config
 
 log = logging.getLogger(__name__)
@@ -142,8 +146,8 @@ def calibrate(
     splits (with each split's reliability bins), for the weights they name (``logits_of``:
     as :func:`labelled_logits`).
 
-    Where no temperature fits (a validation split the model gets entirely right), the
-    temperature is 1, the raw probabilities, and ``fit`` says why."""
+    Where no temperature fits (a validation split the model gets entirely right, or worse than
+    an even guess), the temperature is 1, the raw probabilities, and ``fit`` says why."""
     logits, labels = labelled_logits(classifier, validation, device, logits_of=logits_of)
     if not len(labels):
         raise DataError(f"{validation.description}: no labelled document to fit a temperature on")
@@ -155,8 +159,9 @@ def calibrate(
         "temperature": temperature,
         "fit": "likelihood"
         if fitted is not None
-        else "no temperature in the range fits (a validation split the model gets entirely "
-        "right, say): the raw probabilities are kept",
+        else "no temperature in the range fits (its best lies past a bound: a validation split "
+        "the model gets entirely right, or one it does worse on than an even guess): the raw "
+        "probabilities are kept",
         "fitted_on": validation.description,
         "ece_bins": ECE_BINS,
         "validation": _before_and_after(logits, labels, temperature),
@@ -227,6 +232,7 @@ def calibrate_command(
         test_split: score the test split before and after too (null: do not).
         device: cpu, cuda, ...
     """
+    resolve_device(device)  # a device this machine lacks fails now, not after the loading
     run_dir = run_dir_of(ckpt)
     if run_dir is None:
         raise CheckpointError(
@@ -246,35 +252,12 @@ def calibrate_command(
     datamodule = datamodule_from_config(data, overrides)
     validation = documents_from_datamodule(datamodule, "val")
     check_same_source(run_dir, data, datamodule.stats["source"])
-    check_same_split(ckpt, run_dir, data, datamodule)
+    check_same_split(ckpt, run_dir, data, datamodule, "calibrate")
     test = documents_from_datamodule(datamodule, test_split) if test_split else None
     facts = calibrate(classifier, validation, test, device)
     path = write_calibration(run_dir, facts)
     print(f"{summary_line(facts)} → {path}")
     return facts
-
-
-def check_same_split(ckpt: str, run_dir: Path, data: str, datamodule: DocDataModule) -> None:
-    """Refuse held-out documents of another split than the checkpoint's (a stale split.json
-    left by another fit into the run folder, or other data settings): some would be documents
-    it trained on, and a temperature fitted to its certainty there flatters every probability."""
-    trained_on = DocDataModule.trained_split(load_checkpoint(ckpt))
-    if trained_on is None:
-        log.warning(
-            "%s: written by an earlier docclass, it names no split; calibrating on the split "
-            "--data %s makes, unchecked (a split.json another fit left in the run folder "
-            "would go unnoticed)",
-            ckpt,
-            data,
-        )
-    elif trained_on != datamodule.split_fingerprint():
-        split_file = run_dir / "split.json"
-        using = f" with {split_file}" if split_file.is_file() else ""
-        raise DataError(
-            f"{ckpt}: trained on another split than --data {data}{using} makes (the data, a "
-            "data.* setting or the split file changed since); calibrate with the config and "
-            "split.json of the fit that wrote this checkpoint"
-        )
 
 
 def check_same_source(run_dir: Path, data: str, source: str) -> None:

@@ -15,6 +15,7 @@ is asked for.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -43,12 +44,45 @@ from docclass.interpret.methods import (
 from docclass.interpret.records import EMPTY_DOCUMENT
 from docclass.nn.model import DocumentClassifier
 
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def not_text(text: Any) -> str | None:
+    """Why ``text`` cannot be classified, or None: a value that is not a string (a table's
+    missing value arrives as NaN) or one holding lone surrogates. The tokenizer's TypeError
+    named neither the document nor the fix."""
+    if not isinstance(text, str):
+        return (
+            f"not text ({type(text).__name__}): give each document as a string (a missing "
+            "value in a table, say, as '')"
+        )
+    if LONE_SURROGATE.search(text):
+        return "holds lone surrogates, not text: decode its bytes with errors='replace'"
+    return None
+
 
 def resolve_device(device: str) -> torch.device:
-    """``auto`` → CUDA when available, else CPU; anything else as torch spells it."""
+    """``auto`` → CUDA when available, else CPU; anything else as torch spells it, checked
+    against this machine: a misspelt or absent device was torch's traceback, after the data had
+    loaded (an audit's, after its first fold had trained)."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"--device {device!r}: use auto, cpu, cuda or cuda:N") from None
+    if resolved.type not in ("cpu", "cuda"):
+        raise ConfigError(f"--device {device!r}: use auto, cpu, cuda or cuda:N")
+    if resolved.type == "cuda":
+        visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if visible == 0:
+            raise ConfigError(f"--device {device}: no CUDA device is visible; use --device cpu")
+        if resolved.index is not None and resolved.index >= visible:
+            raise ConfigError(
+                f"--device {device}: {visible} CUDA device(s) are visible (cuda:0 to "
+                f"cuda:{visible - 1})"
+            )
+    return resolved
 
 
 # The methods an API call may ask for: the report's batch methods (integrated gradients needs
@@ -201,9 +235,13 @@ def classify_texts(
             "threshold the report lists for a target precision"
         )
     model = classifier.model.to(device).eval()
-    documents = encode_documents(classifier.tokenizer, texts, classifier.max_tokens)
+    # Such a text gets its error row and the others their rows, as an empty one does.
+    unreadable = {i: reason for i, text in enumerate(texts) if (reason := not_text(text))}
+    readable = [text if i not in unreadable else "" for i, text in enumerate(texts)]
+    documents = encode_documents(classifier.tokenizer, readable, classifier.max_tokens)
     results: list[dict[str, Any]] = [
-        {"label": None, "score": None, "error": EMPTY_DOCUMENT} for _ in texts
+        {"label": None, "score": None, "error": unreadable.get(i, EMPTY_DOCUMENT)}
+        for i in range(len(texts))
     ]
     wants_words = bool(top_words or word_scores)
     scored = method if wants_words else None
@@ -369,5 +407,7 @@ class DocClassifier:
     def explain(self, text: str, all_classes: bool = False) -> dict[str, Any]:
         """The word-score record of the HTML report for one document (every method; with
         ``all_classes``, every class's contributions too)."""
+        if reason := not_text(text):
+            raise ConfigError(f"explain: the text {reason}")
         classes = "all" if all_classes else "predicted"
         return explain_documents(self.trained, [text], classes=classes, device=self.device)[0]

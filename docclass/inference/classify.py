@@ -42,7 +42,6 @@ import io
 import json
 import math
 import os
-import re
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -58,10 +57,14 @@ from docclass.data.sources import (
 )
 from docclass.errors import ConfigError
 from docclass.files import spreadsheet_safe
-from docclass.inference.classifier import DocClassifier
+from docclass.inference.classifier import LONE_SURROGATE, DocClassifier
 from docclass.interpret.records import EMPTY_DOCUMENT
 
-TABLE_SUFFIXES = {".csv", ".jsonl", ".parquet"}
+JSONL_SUFFIXES = {".jsonl", ".ndjson"}
+TABLE_SUFFIXES = {".csv", ".parquet", *JSONL_SUFFIXES}
+# Tables in formats classify does not read. Taken for one text document each, a JSON array of
+# 50 records came back as one labelled row and the other 49 documents had no row at all.
+UNREAD_TABLE_SUFFIXES = {".json", ".tsv"}
 NOT_UTF8 = (
     "not valid UTF-8: read by its UTF-16/32 mark, or as Windows-1252 (or UTF-8 with stray "
     "Windows-1252 quotes), as training reads class-folder files; save it as UTF-8"
@@ -110,7 +113,7 @@ def _read_file(path: Path) -> InputDocument:
 def _table_rows(path: Path, text_column: str) -> Iterator[InputDocument]:
     """One document per row, streamed: CSV and JSONL line by line, Parquet batch by batch."""
     suffix = path.suffix.lower()
-    if suffix == ".jsonl":
+    if suffix in JSONL_SUFFIXES:
         yield from jsonl_rows(path, text_column)
     elif suffix == ".parquet":
         yield from parquet_rows(path, text_column)
@@ -130,7 +133,6 @@ def _unreadable(path: Path, error: Exception) -> InputDocument:
 CSV_FIELD_LIMIT = 2**31 - 1
 ROW_BAD_BYTES = "not valid UTF-8; undecodable bytes replaced with U+FFFD"
 LONE_SURROGATES = "holds lone surrogate escapes (not text); each replaced with U+FFFD"
-LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def csv_rows(path: Path, text_column: str) -> Iterator[InputDocument]:
@@ -392,7 +394,7 @@ def _row_document(
     if value is None:
         return InputDocument(
             doc_id,
-            error=f"no {text_column!r} value (columns: {list(columns or [])}); set --text-column",
+            error=f"no {text_column!r} value (columns: {list(columns or [])}); set --text_column",
         )
     if isinstance(value, str):
         return InputDocument(doc_id, text=value)
@@ -617,6 +619,13 @@ def read_file_documents(path: Path, text_column: str) -> Iterator[InputDocument]
     """A table's rows, or a text file as one document."""
     if is_table(path):
         yield from _table_rows(path, text_column)
+    elif (suffix := path.suffix.lower()) in UNREAD_TABLE_SUFFIXES:
+        yield InputDocument(
+            str(path),
+            error=f"a {suffix} file is not read: tables are read from .csv, .jsonl (.ndjson) or "
+            ".parquet; convert it to one of those, or rename it .txt to classify it as one "
+            "document",
+        )
     else:
         yield _read_file(path)
 
@@ -838,11 +847,19 @@ def _open_output(out: Path) -> tuple[IO[str], Path | None]:
     end (None for a pipe, a device or a link such as ``/dev/stdout``: written as rows come)."""
     # Not for a link either (``/dev/stdout`` redirected to a file is a link to a regular file):
     # renaming over it would replace the link, not write where it points.
-    if out.is_symlink() or (out.exists() and not out.is_file()):
-        return open(out, "w", encoding="utf-8", newline=""), None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f".{out.name}.partial")
-    return open(partial, "w", encoding="utf-8", newline=""), partial
+    try:
+        if out.is_symlink() or (out.exists() and not out.is_file()):
+            return open(out, "w", encoding="utf-8", newline=""), None
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_name(f".{out.name}.partial")
+        return open(partial, "w", encoding="utf-8", newline=""), partial
+    except OSError as error:
+        # A folder, a path under a file, a folder that cannot be written: torch's and Python's
+        # tracebacks named the hidden partial file, not the --out given.
+        raise ConfigError(
+            f"--out {out}: cannot be written ({error.strerror or error}); give a file path in "
+            "a folder you can write to"
+        ) from None
 
 
 def check_out_is_not_an_input(out: str, inputs: Iterable[str]) -> None:

@@ -46,6 +46,7 @@ from typing import Any
 
 from docclass.errors import ConfigError, DataError, RunStopped, UserError
 from docclass.inference.classify import (
+    JSONL_SUFFIXES,
     InputDocument,
     check_out_is_not_an_input,
     classify_documents,
@@ -199,7 +200,7 @@ def _table_shards(path: Path, every: int, text_column: str) -> list[dict[str, An
             "save it to a file first"
         )
     try:
-        if suffix == ".jsonl":
+        if suffix in JSONL_SUFFIXES:
             return _jsonl_shards(path, every)
         if suffix == ".parquet":
             return _parquet_shards(path, every, text_column)

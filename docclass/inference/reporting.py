@@ -21,6 +21,7 @@ from typing import Any, Literal
 import numpy as np
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
+from docclass.artifacts.checkpoint import load_checkpoint
 from docclass.artifacts.load import TrainedClassifier, load_classifier
 from docclass.data.sources import SourceSpec, load_source
 from docclass.errors import DataError
@@ -34,7 +35,7 @@ from docclass.evaluate.erasure import (
 )
 from docclass.evaluate.faithfulness import faithfulness_figures
 from docclass.evaluate.plausibility import plausibility, read_rationales
-from docclass.inference.classifier import classify_texts
+from docclass.inference.classifier import classify_texts, resolve_device
 from docclass.inference.model_facts import model_calibration, run_calibration, run_dir_of
 from docclass.interpret.default_method import default_method
 from docclass.interpret.explain import explain_documents
@@ -125,17 +126,56 @@ def _documents_from_source(
     )
 
 
+def check_same_split(
+    ckpt: str, run_dir: Path | None, data: str, datamodule: DocDataModule, command: str
+) -> None:
+    """Refuse held-out documents of another split than the checkpoint's (a stale split.json
+    left by another fit into the run folder, or other data settings): some would be documents
+    it trained on. A temperature fitted to its certainty there flattered every probability;
+    a report or faithfulness table measured there flattered its accuracy and chose the default
+    method on documents it had learnt."""
+    trained_on = DocDataModule.trained_split(load_checkpoint(ckpt))
+    if trained_on is None:
+        log.warning(
+            "%s: written by an earlier docclass, it names no split; %s reads the split --data "
+            "%s makes, unchecked (a split.json another fit left in the run folder would go "
+            "unnoticed)",
+            ckpt,
+            command,
+            data,
+        )
+    elif trained_on != datamodule.split_fingerprint():
+        split_file = run_dir / "split.json" if run_dir is not None else None
+        using = f" with {split_file}" if split_file is not None and split_file.is_file() else ""
+        raise DataError(
+            f"{ckpt}: trained on another split than --data {data}{using} makes (the data, a "
+            f"data.* setting or the split file changed since); {command} with the config and "
+            "split.json of the fit that wrote this checkpoint"
+        )
+
+
 def load_documents(
     data: str,
     ckpt: str,
     split: str = "test",
     text_column: str = "text",
     label_column: str | None = "label",
+    command: str = "report",
 ) -> Documents:
     """Documents named by ``data``: a YAML config (its split, as training made it, read by
-    LightningCLI's own parser with the checkpoint's tokenizer and labels) or a source."""
+    LightningCLI's own parser with the checkpoint's tokenizer and labels) or a source.
+
+    With a config and a checkpoint file, the split is the run's own ``split.json`` where it has
+    one, and one the checkpoint did not train on is refused (:func:`check_same_split`): a
+    config's other seed made a "test" split of documents it had trained on, in silence."""
     if Path(data).suffix.lower() in CONFIG_SUFFIXES:
-        datamodule = datamodule_from_config(data, ["--data.tokenizer_from", str(ckpt)])
+        overrides = ["--data.tokenizer_from", str(ckpt)]
+        run_dir = run_dir_of(ckpt)
+        if run_dir is not None and (run_dir / "split.json").is_file():
+            overrides += ["--data.split_file", str(run_dir / "split.json")]
+        datamodule = datamodule_from_config(data, overrides)
+        if Path(ckpt).expanduser().is_file():
+            check_same_split(ckpt, run_dir, data, datamodule, command)
         return documents_from_datamodule(datamodule, split)
     return _documents_from_source(data, split, text_column, label_column)
 
@@ -590,6 +630,7 @@ def report_command(
         rationales: ERASER-format JSONL of human evidence spans, keyed by document id: adds
             each method's plausibility (token F1, IOU F1, AUPRC) to the report.
     """
+    resolve_device(device)  # a device this machine lacks fails now, not after the loading
     if rationales:
         read_rationales(rationales)  # a bad file fails now, not after the explaining
     documents = load_documents(data, ckpt, split, text_column, label_column)
@@ -663,9 +704,10 @@ def faithfulness_command(
         rationales: ERASER-format JSONL of human evidence spans, keyed by document id: adds
             each method's plausibility (token F1, IOU F1, AUPRC).
     """
+    resolve_device(device)
     evidence = read_rationales(rationales) if rationales else None
     classifier = load_classifier(ckpt)
-    documents = load_documents(data, ckpt, split)
+    documents = load_documents(data, ckpt, split, command="faithfulness")
     figures = faithfulness_figures(
         classifier, documents.texts[:limit], removals, sample, ig_steps, permutations, device,
         ids=documents.ids[:limit], rationales=evidence,

@@ -256,6 +256,31 @@ def test_the_command_refuses_a_split_file_the_checkpoint_did_not_train_on(fitted
     assert json.loads((run / "calibration.json").read_text()) == {"by_weights": {}}
 
 
+def test_report_and_faithfulness_refuse_a_split_the_checkpoint_did_not_train_on(fitted, tmp_path):
+    """As calibrate does: their accuracy and faithfulness table (which picks the default
+    method) were measured partly on documents the weights had learnt, in silence."""
+    run = tmp_path / "run"
+    write_run(fitted, run, {})
+    split = json.loads((fitted / "split.json").read_text())
+    split["train"][0], split["test"][0] = split["test"][0], split["train"][0]
+    (run / "split.json").write_text(json.dumps(split))
+    ckpt = str(run / "checkpoints" / "last.ckpt")
+    for command in ("report", "faithfulness"):
+        with pytest.raises(DataError, match=f"trained on another split .*; {command} with"):
+            main_error([command, "--ckpt", ckpt, "--data", str(CONFIGS / "tiny.yaml"),
+                        "--out", str(tmp_path / command)])  # fmt: skip
+        assert not (tmp_path / command).exists()
+
+
+def test_a_report_from_a_config_explains_the_runs_own_test_split(fitted, tmp_path):
+    """The run's split.json decides, whatever the config's split seed says now."""
+    config = tmp_path / "other-seed.yaml"
+    config.write_text((CONFIGS / "tiny.yaml").read_text() + "  split_seed: 7\n")
+    documents = load_documents(str(config), str(fitted / "checkpoints" / "last.ckpt"))
+    test_ids = json.loads((fitted / "split.json").read_text())["test"]
+    assert sorted(documents.ids) == sorted(map(str, test_ids))
+
+
 def main_error(argv: list[str]):
     """A command run in this process, its errors raised rather than printed."""
     from docclass.cli import run_command

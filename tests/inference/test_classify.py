@@ -18,7 +18,7 @@ import torch
 from helpers import LONG, lead_weights, write_every_input_kind
 
 import docclass
-from docclass.cli import main
+from docclass.cli import main, run_command
 from docclass.data.sources import decode_text
 from docclass.errors import CheckpointError, ConfigError
 from docclass.inference.classifier import WordScoreMethod
@@ -49,7 +49,7 @@ EXPECTED = [  # (id suffix, outcome) in input order for ARGUMENTS below
     ("rows.csv:1", "ok"),
     ("rows.csv:2", "empty document"),
     ("rows.jsonl:1", "ok"),
-    ("rows.jsonl:2", "no 'body' value"),
+    ("rows.jsonl:2", "; set --text_column"),  # the flag as the parser spells it
     ("rows.parquet:1", "ok"),
     ("rows.parquet:2", "no 'body' value"),
     ("missing.txt", "no such file"),
@@ -446,6 +446,23 @@ def test_tables_with_a_byte_order_mark_or_bad_bytes_keep_ids_and_say_so(tmp_path
     assert [bool(r.warning) for r in rows] == [False, True, True, False, True]
     assert rows[1].text == "caf\ufffd \ufffd5m" and "U+FFFD" in rows[1].warning
     assert rows[4].text == "\ufffd5m" and not any(r.error for r in rows)
+
+
+@pytest.mark.fault(
+    "classify: a `.json` or `.tsv` table, or JSON Lines named `.ndjson`",
+    "`.ndjson` read row by row as JSON Lines; `.json` and `.tsv` one error row naming the "
+    "formats read (a JSON array of 50 records came back as one labelled document, the other "
+    "49 with no row)",
+)
+def test_tables_in_formats_classify_does_not_read_get_an_error_row(tmp_path):
+    array, tsv, lines = tmp_path / "docs.json", tmp_path / "t.tsv", tmp_path / "rows.ndjson"
+    array.write_text(json.dumps([{"id": f"J-{i}", "text": f"article {i}"} for i in range(5)]))
+    tsv.write_text("id\ttext\nT-1\tone\nT-2\ttwo\n")
+    lines.write_text('{"id": "N-1", "text": "one"}\n{"id": "N-2", "text": "two"}\n')
+    rows = list(read_inputs([str(array), str(tsv), str(lines)]))
+    assert [r.id for r in rows] == [str(array), str(tsv), "N-1", "N-2"]
+    assert all(".csv, .jsonl (.ndjson) or .parquet" in r.error and r.text is None for r in rows[:2])
+    assert [r.text for r in rows[2:]] == ["one", "two"] and not any(r.error for r in rows[2:])
 
 
 @pytest.mark.fault(
@@ -944,3 +961,87 @@ def test_a_folder_that_cannot_be_listed_or_links_above_the_input_is_said(tmp_pat
     # The same folder met as a pattern's match: a row too, not a traceback.
     rows = [(r.id, r.error) for r in read_inputs([str(docs / "locked" / "*")])]
     assert rows == [(str(docs / "locked" / "sub"), "cannot read: Permission denied")]
+
+
+@pytest.mark.fault(
+    "`--device cuda` on a machine without one, or a misspelt device (`gpu`), for classify, "
+    "report, faithfulness, calibrate or audit",
+    "one line naming the device and what to use, before anything loads (an audit crashed "
+    "after training its first fold)",
+)
+def test_a_device_this_machine_lacks_is_one_line_before_anything_loads(monkeypatch, tmp_path):
+    from docclass.inference.classifier import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for device, message in (("cuda", "no CUDA device is visible; use --device cpu"),
+                            ("cuda:1", "no CUDA device is visible"),
+                            ("gpu", "use auto, cpu, cuda or cuda:N"),
+                            ("mps", "use auto, cpu, cuda or cuda:N")):  # fmt: skip
+        with pytest.raises(ConfigError, match=message):
+            resolve_device(device)
+    assert resolve_device("cpu") == resolve_device("auto") == torch.device("cpu")
+    given = ["--ckpt", str(tmp_path / "no.ckpt"), "--data", "x.yaml", "--device", "cuda"]
+    for command, out in (("report", True), ("faithfulness", True), ("calibrate", False)):
+        # Neither the checkpoint nor the config exists: the device is refused first.
+        with pytest.raises(ConfigError, match="--device cuda: no CUDA"):
+            run_command(command, given + (["--out", str(tmp_path / command)] if out else []))
+
+
+@pytest.mark.fault(
+    "classify or export `--out` that cannot be written (an existing folder for classify, a "
+    "path under a file)",
+    "one line naming `--out` and the reason, exit status 2 (a traceback named the hidden "
+    "partial file)",
+)
+def test_an_output_that_cannot_be_written_is_one_line(capsys, tmp_path, ckpt):
+    document = tmp_path / "a.txt"
+    document.write_text("Shares rose after profits.")
+    (tmp_path / "a-file").write_text("")
+    for command, out in (("classify", tmp_path), ("classify", tmp_path / "a-file" / "x.csv"),
+                         ("export", tmp_path / "a-file" / "model")):  # fmt: skip
+        inputs = [str(document)] if command == "classify" else []
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, "--ckpt", str(ckpt), "--out", str(out), *inputs])
+        assert exit_info.value.code == 2
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert line.startswith("docclass: error:") and str(out) in line, line
+        assert "cannot be" in line, line
+
+
+@pytest.mark.fault(
+    "Python API: `predict` given a value that is not text (None, a table's NaN, bytes) or a "
+    "string with lone surrogates",
+    "that text's result is an error row naming why, the others are classified (the "
+    "tokenizer's TypeError named neither the document nor the fix)",
+)
+def test_predict_gives_a_text_that_is_not_text_its_own_error_row(ckpt):
+    classifier = docclass.DocClassifier.load(ckpt, device="cpu")
+    texts = ["Shares rose after profits.", None, math.nan, b"bytes", "caf\ud800 x", "Film wins."]
+    results = classifier.predict(texts)
+    assert [r["label"] is not None for r in results] == [True, False, False, False, False, True]
+    assert [r["score"] is None for r in results[1:5]] == [True] * 4
+    for result, kind in zip(results[1:4], ("NoneType", "float", "bytes"), strict=True):
+        assert result["error"].startswith(f"not text ({kind})")
+    assert "lone surrogates" in results[4]["error"]
+    assert results[0] == classifier.predict(texts[:1])[0]  # the others classified as alone
+    with pytest.raises(ConfigError, match="not text"):
+        classifier.explain(None)
+
+
+@pytest.mark.fault(
+    "`docclass classify ... | head`: the reader of standard output leaves early",
+    "classify stops quietly with status 1, no traceback",
+)
+def test_a_reader_that_leaves_early_ends_classify_quietly(ckpt, tmp_path):
+    import subprocess
+    import sys
+
+    table = tmp_path / "many.csv"  # enough rows to fill the pipe after its reader left
+    table.write_text("text\n" + "Shares rose after profits at the bank.\n" * 3000)
+    command = [sys.executable, "-m", "docclass.cli", "classify", "--ckpt", str(ckpt), str(table)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = process.stdout.readline()
+    process.stdout.close()
+    error = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 1
+    assert json.loads(first)["label"] and "Traceback" not in error, error

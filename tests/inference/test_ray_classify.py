@@ -173,6 +173,15 @@ def test_the_plan_reads_every_document_once_in_input_order(tmp_path, monkeypatch
         assert len(parquet) == (4 if every <= 3 else 2 if every == 4 else 1)  # groups 3,3,3,1
 
 
+def test_json_lines_named_ndjson_are_cut_into_shards_as_jsonl(tmp_path):
+    lines = tmp_path / "rows.ndjson"
+    lines.write_text("".join(f'{{"id": "N-{i}", "text": "row {i}"}}\n' for i in range(5)))
+    plan = build_plan([str(lines)], "text", {}, every=2)
+    assert [shard["kind"] for shard in plan["shards"]] == ["jsonl"] * 3
+    read = [d.id for shard in plan["shards"] for d in read_shard(shard, "text")]
+    assert read == [f"N-{i}" for i in range(5)]
+
+
 @pytest.mark.fault(
     "classify --engine ray: an input file edited after the run was planned (or, on a cluster, "
     "a relative path naming another file on a worker's node)",
