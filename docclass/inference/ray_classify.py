@@ -694,6 +694,8 @@ def _run_shards(
     failures: list[str] = []
     try:
         started = _start_ray(address)
+        if started:
+            _refuse_what_this_machine_lacks(resources)
         workers, gpus = _worker_count(resources), resources["gpus"]
         ray.data.DataContext.get_current().enable_progress_bars = False
         rows = [{"index": i, "shard": json.dumps(plan["shards"][i])} for i in todo]
@@ -731,6 +733,21 @@ def _run_shards(
             "changed inputs start a new --out)"
         )
     return peaks
+
+
+def _refuse_what_this_machine_lacks(resources: dict[str, Any]) -> None:
+    """A Ray this run started holds this machine's CPUs and GPUs and never more: a worker asking
+    for more waited for ever, Ray's autoscaler saying every 35 s that no node could hold it."""
+    import ray
+
+    available = ray.cluster_resources()
+    for flag, key, wanted in (("--cpus_per_worker", "CPU", resources["cpus"]),
+                              ("--num_gpus", "GPU", resources["gpus"])):  # fmt: skip
+        if wanted and wanted > available.get(key, 0):
+            raise ConfigError(
+                f"{flag} {wanted}: this machine's Ray has {available.get(key, 0):g} {key}(s); "
+                f"ask for at most that, or give --address of a cluster that has more"
+            )
 
 
 def _worker_count(resources: dict[str, Any]) -> int:

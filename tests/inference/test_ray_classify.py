@@ -329,6 +329,24 @@ def test_a_stopped_run_names_the_workers_exception():
     )
 
 
+@pytest.mark.fault(
+    "classify --engine ray on a Ray it starts: a worker asking for more CPUs or GPUs than the "
+    "machine has (`--num_gpus 1` without a GPU, `--cpus_per_worker 8` on 2 cores)",
+    "one line naming the flag and what the machine has (the run waited for ever)",
+)
+def test_a_worker_larger_than_this_machine_is_refused(monkeypatch):
+    import ray
+
+    from docclass.inference.ray_classify import _refuse_what_this_machine_lacks
+
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
+    for resources, message in (({"cpus": 8, "gpus": 0}, "--cpus_per_worker 8: .* has 2 CPU"),
+                               ({"cpus": 1, "gpus": 1}, "--num_gpus 1: .* has 0 GPU")):  # fmt: skip
+        with pytest.raises(ConfigError, match=message):
+            _refuse_what_this_machine_lacks({"workers": None, **resources})
+    _refuse_what_this_machine_lacks({"workers": None, "cpus": 2, "gpus": 0})
+
+
 def test_a_plan_refuses_standard_input(tmp_path, capsys, ckpt):
     with pytest.raises(SystemExit) as exit_info:
         main(["classify", "--ckpt", str(ckpt), "-", "--engine", "ray", "--out", str(tmp_path)])
