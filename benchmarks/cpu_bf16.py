@@ -88,12 +88,13 @@ def cpu_bf16_speed(config_path: str | Path, steps: int, rounds: int) -> dict[str
         "training_steps": {p: [] for p in (*PRECISIONS, BF16_ATTENTION)},
     }
     states = {}
-    for _ in range(rounds):
+    for round_ in range(rounds):
         for precision in PRECISIONS:
             elapsed, states[precision] = _held_states(module, batches, precision)
             seconds["held_states"][precision].append(elapsed)
             # Both precisions train from the float32 states: the step's own cost is compared.
-            for way in (precision, BF16_ATTENTION) if precision == "bf16" else (precision,):
+            ways = (precision, BF16_ATTENTION) if precision == "bf16" else (precision,)
+            for way in ways[:: -1 if round_ % 2 else 1]:  # the two bf16 ways take turns first
                 steps_s = _training_steps(module, batches, states["float32"], way)
                 seconds["training_steps"][way].append(steps_s)
     errors = torch.cat([

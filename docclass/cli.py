@@ -18,6 +18,7 @@ import importlib.util
 import logging
 import os
 import re
+import select
 import sys
 import warnings
 from collections.abc import Callable
@@ -246,11 +247,24 @@ def main(args: list[str] | None = None) -> None:
         print(f"docclass: error: {message} (see '{command} --help')", file=sys.stderr)
         sys.exit(2)
     except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise  # another pipe (a worker's, a socket): a real failure, not to be hidden
         # The reader of standard output left (`docclass classify ... | head`): stop quietly, as
         # a pipeline expects, instead of a traceback. Output still buffered goes nowhere, and
         # Python's exit does not raise the same error again flushing it.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether standard output is a pipe whose reading end has closed (poll reports an error
+    on the writing end then)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll here, or stdout has no descriptor
+        return False
 
 
 if __name__ == "__main__":

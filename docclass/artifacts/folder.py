@@ -92,18 +92,23 @@ def write_model_folder(
 
 def _refuse_a_folder_export_did_not_write(out: Path) -> None:
     """An export replaces config.json and README.md: into a project's own folder (``--out .``)
-    it overwrote the project's README without a word. Only a new or empty folder, or one an
-    export wrote (its manifest, or its config.json if a later export stopped half-way), takes
-    one."""
+    it overwrote the project's README without a word. Only a new folder, one holding nothing
+    but hidden files, or one an export wrote takes one: its config.json is docclass's, or (an
+    export stopped before writing it) it holds only the weights and the tokenizer. A file
+    named like the manifest proves nothing (web projects have a manifest.json)."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out}: is a file; give export a folder to write the model into")
-    if not out.is_dir() or not any(out.iterdir()) or (out / MANIFEST).is_file():
+    if not out.is_dir():
         return
+    try:
+        shown = {entry.name for entry in out.iterdir() if not entry.name.startswith(".")}
+    except OSError as error:
+        raise ConfigError(f"{out}: cannot be read ({error.strerror or error})") from None
     try:
         exported = json.loads((out / "config.json").read_text())["model_type"] == MODEL_TYPE
     except (OSError, ValueError, KeyError, TypeError):
         exported = False
-    if not exported:
+    if shown and not exported and not shown <= {"model.safetensors", "tokenizer.json"}:
         raise ConfigError(
             f"{out}: holds files no docclass export wrote (its config.json or README.md would "
             "be replaced); export into a new or empty folder"

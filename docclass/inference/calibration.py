@@ -30,7 +30,6 @@ from docclass.calibration import (
     risk_coverage,
     scaled_probabilities,
 )
-from docclass.data.sources import local_source_path
 from docclass.errors import CheckpointError, DataError
 from docclass.files import write_atomically
 from docclass.inference.classifier import resolve_device
@@ -40,6 +39,7 @@ from docclass.inference.reporting import (
     Documents,
     check_same_split,
     documents_from_datamodule,
+    trained_source_matches,
 )
 from docclass.interpret.inputs import batched, encode_documents, float32_model
 from docclass.nn.model import DocumentClassifier
@@ -264,18 +264,9 @@ def check_same_source(run_dir: Path, data: str, source: str) -> None:
     """Refuse a config whose source is not the one the run was trained on (``metrics.json``
     records it, a local path also resolved): two tables numbered alike would give the run's
     split ids other documents, and the temperature would be fitted on them without a word."""
-    trained = (read_json(run_dir / "metrics.json") or {}).get("data") or {}
-    trained_on = trained.get("source")
-    if trained_on is None:
-        return
-    where, here = trained.get("source_path"), local_source_path(source)
-    if where is not None:  # a local file or folder then: the same one now, or refused
-        same = here is not None and here == Path(where)
-    else:  # a name (the embedded corpus, a hub id), or a run from before paths were recorded
-        same = str(trained_on) == str(source) or (
-            Path(str(trained_on)).resolve() == Path(str(source)).resolve()
-        )
-    if not same:
+    if trained_source_matches(run_dir, source) is False:
+        trained = (read_json(run_dir / "metrics.json") or {}).get("data") or {}
+        where, trained_on = trained.get("source_path"), trained.get("source")
         raise DataError(
             f"--data {data} reads {source}, but {run_dir} was trained on {where or trained_on}; "
             "give a config whose data.source is the run's (its own is saved in the run's logs/ "

@@ -71,6 +71,8 @@ def resolve_device(device: str) -> torch.device:
         resolved = torch.device(device)
     except (RuntimeError, TypeError):
         raise ConfigError(f"--device {device!r}: use auto, cpu, cuda or cuda:N") from None
+    if resolved.type == "mps" and torch.backends.mps.is_available():
+        return resolved  # Apple silicon: what LitServe's "auto" hands a serve worker there
     if resolved.type not in ("cpu", "cuda"):
         raise ConfigError(f"--device {device!r}: use auto, cpu, cuda or cuda:N")
     if resolved.type == "cuda":
@@ -388,7 +390,7 @@ class DocClassifier:
         ``label`` is None and ``predicted`` keeps the model's label (the report lists the
         threshold that reached 95 % and 99 % precision on validation).
         """
-        if isinstance(texts, str):
+        if isinstance(texts, str | bytes):  # one document (bytes: one error row, not a row a byte)
             texts = [texts]
         self.check_threshold(min_probability, calibrated)
         return classify_texts(

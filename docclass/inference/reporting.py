@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import os
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -23,7 +24,7 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from docclass.artifacts.checkpoint import load_checkpoint
 from docclass.artifacts.load import TrainedClassifier, load_classifier
-from docclass.data.sources import SourceSpec, load_source
+from docclass.data.sources import SourceSpec, load_source, local_source_path
 from docclass.errors import DataError
 from docclass.evaluate.agreement import add_agreement
 from docclass.evaluate.counterfactual import add_counterfactuals, search_limit
@@ -36,7 +37,7 @@ from docclass.evaluate.erasure import (
 from docclass.evaluate.faithfulness import faithfulness_figures
 from docclass.evaluate.plausibility import plausibility, read_rationales
 from docclass.inference.classifier import classify_texts, resolve_device
-from docclass.inference.model_facts import model_calibration, run_calibration, run_dir_of
+from docclass.inference.model_facts import model_calibration, read_json, run_calibration, run_dir_of
 from docclass.interpret.default_method import default_method
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.inputs import float32_classifier
@@ -154,6 +155,22 @@ def check_same_split(
         )
 
 
+def trained_source_matches(run_dir: Path, source: str) -> bool | None:
+    """Whether ``source`` is the one the run trained on (``metrics.json`` records it, a local
+    path also resolved); None when the run does not say."""
+    trained = (read_json(run_dir / "metrics.json") or {}).get("data") or {}
+    trained_on = trained.get("source")
+    if trained_on is None:
+        return None
+    where, here = trained.get("source_path"), local_source_path(source)
+    if where is not None:  # a local file or folder then: the same one now, or another
+        return here is not None and here == Path(where)
+    # A name (the embedded corpus, a hub id), or a run from before paths were recorded.
+    return str(trained_on) == str(source) or (
+        Path(str(trained_on)).resolve() == Path(str(source)).resolve()
+    )
+
+
 def load_documents(
     data: str,
     ckpt: str,
@@ -165,19 +182,28 @@ def load_documents(
     """Documents named by ``data``: a YAML config (its split, as training made it, read by
     LightningCLI's own parser with the checkpoint's tokenizer and labels) or a source.
 
-    With a config and a checkpoint file, the split is the run's own ``split.json`` where it has
-    one, and one the checkpoint did not train on is refused (:func:`check_same_split`): a
-    config's other seed made a "test" split of documents it had trained on, in silence."""
+    With a config of the corpus the checkpoint trained on, the split is the run's own
+    ``split.json`` where it has one (unless the config names a split file), and one the
+    checkpoint did not train on is refused (:func:`check_same_split`): a config's other seed
+    made a "test" split of documents it had trained on, in silence. Another corpus's config
+    explains that corpus's split, as before."""
     if Path(data).suffix.lower() in CONFIG_SUFFIXES:
         overrides = ["--data.tokenizer_from", str(ckpt)]
-        run_dir = run_dir_of(ckpt)
-        if run_dir is not None and (run_dir / "split.json").is_file():
-            overrides += ["--data.split_file", str(run_dir / "split.json")]
         datamodule = datamodule_from_config(data, overrides)
-        if Path(ckpt).expanduser().is_file():
-            check_same_split(ckpt, run_dir, data, datamodule, command)
+        run_dir = run_dir_of(ckpt)
+        same = run_dir is None or trained_source_matches(run_dir, datamodule.source_spec.source)
+        if same is not False:
+            if run_dir is not None and (run_dir / "split.json").is_file():
+                if not datamodule.split_file:
+                    split_file = str(run_dir / "split.json")
+                    datamodule = datamodule_from_config(
+                        data, [*overrides, "--data.split_file", split_file]
+                    )
+            if Path(ckpt).expanduser().is_file():
+                check_same_split(ckpt, run_dir, data, datamodule, command)
         return documents_from_datamodule(datamodule, split)
-    return _documents_from_source(data, split, text_column, label_column)
+    # A source from a config or the API keeps its ~ (no shell expanded it).
+    return _documents_from_source(os.path.expanduser(data), split, text_column, label_column)
 
 
 def stratified_sample(

@@ -299,7 +299,7 @@ class MultiHeadSelfAttention(nn.Module):
             # float32 one (16 windows of 512, 12 heads of 32: 0.36 s against 0.14 s forward
             # and backward; 0.18 s with the casts), and forward they cost alike. So a bf16
             # training step attends in float32 and keeps bf16 for its linear layers: the
-            # demo's top-block steps ran 1.09 times faster (`make cpu-bf16-speed`).
+            # demo's top-block steps ran 1.04 times faster (`make cpu-bf16-speed`).
             with torch.autocast("cpu", enabled=False):
                 attended, weights = self._attend(
                     queries.float(), keys.float(), values.float(), mask, need_weights

@@ -73,7 +73,7 @@ class ModelConfig:
     # encoded alone with positions restarting (a pre-trained encoder's positions cover a few
     # hundred tokens); the pool reads every token of every window (nn/windows.py).
     window_tokens: int = 0
-    window_overlap: int = 0  # tokens shared by consecutive windows (< window_tokens)
+    window_overlap: int = 0  # tokens shared by consecutive windows (at most half a window)
 
     def __post_init__(self) -> None:
         problems = []
@@ -98,9 +98,10 @@ class ModelConfig:
         if self.window_tokens < 0:
             problems.append(f"window_tokens must be >= 0, got {self.window_tokens}")
         elif not 0 <= self.window_overlap <= self.window_tokens // 2:
-            # The encoder's cost grows as window_tokens / (window_tokens - overlap): 447 times
-            # at 511 of 512, from a stored config a served model would load. Half a window
-            # already gives every token a reading with half a window of context on each side.
+            # The encoder's cost grows as window_tokens / (window_tokens - overlap): up to 512
+            # times at 511 of 512 (447 times on a 4,000-token document), from a stored config a
+            # served model would load. Half a window already gives every token a reading with
+            # half a window of context on each side. A config stored with more is refused.
             problems.append(
                 f"window_overlap must be in [0, window_tokens // 2 = {self.window_tokens // 2}]"
                 f", got {self.window_overlap}"

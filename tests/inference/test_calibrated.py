@@ -281,6 +281,20 @@ def test_a_report_from_a_config_explains_the_runs_own_test_split(fitted, tmp_pat
     assert sorted(documents.ids) == sorted(map(str, test_ids))
 
 
+def test_a_report_from_another_corpus_config_explains_that_corpus(fitted, tmp_path):
+    """The run's split.json is the run's corpus's: another corpus's config splits its own."""
+    table = tmp_path / "other.csv"
+    names = ["business", "entertainment", "politics", "sports", "tech"]
+    rows = [f"{name} story number {i} about {name},{name}" for i in range(20) for name in names]
+    table.write_text("text,label\n" + "\n".join(rows) + "\n")
+    config = tmp_path / "other.yaml"
+    config.write_text(
+        (CONFIGS / "tiny.yaml").read_text().replace("source: bbc", f"source: {table}")
+    )
+    documents = load_documents(str(config), str(fitted / "checkpoints" / "last.ckpt"))
+    assert documents.ids and all("story number" in text for text in documents.texts)
+
+
 def main_error(argv: list[str]):
     """A command run in this process, its errors raised rather than printed."""
     from docclass.cli import run_command

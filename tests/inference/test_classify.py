@@ -1024,6 +1024,8 @@ def test_predict_gives_a_text_that_is_not_text_its_own_error_row(ckpt):
         assert result["error"].startswith(f"not text ({kind})")
     assert "lone surrogates" in results[4]["error"]
     assert results[0] == classifier.predict(texts[:1])[0]  # the others classified as alone
+    [alone] = classifier.predict(b"bytes given alone")  # one document, not a row a byte
+    assert alone["error"].startswith("not text (bytes)")
     with pytest.raises(ConfigError, match="not text"):
         classifier.explain(None)
 
@@ -1045,3 +1047,16 @@ def test_a_reader_that_leaves_early_ends_classify_quietly(ckpt, tmp_path):
     error = process.stderr.read().decode()
     assert process.wait(timeout=120) == 1
     assert json.loads(first)["label"] and "Traceback" not in error, error
+
+
+def test_a_broken_pipe_that_is_not_standard_output_is_not_hidden(monkeypatch):
+    # Only the reader of standard output leaving is a quiet end; a worker's or a socket's
+    # broken pipe is a failure, shown as one.
+    import docclass.cli as cli
+
+    def broken(*args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "run_command", broken)
+    with pytest.raises(BrokenPipeError):
+        main(["classify", "--ckpt", "x.ckpt", "-"])

@@ -297,7 +297,10 @@ def test_export_refuses_a_folder_it_did_not_write(ckpt, exported, tmp_path):
     (project / "README.md").write_text("my project")
     with pytest.raises(ConfigError, match="holds files no docclass export wrote"):
         run_command("export", ["--ckpt", str(ckpt), "--out", str(project)])
-    assert [p.name for p in project.iterdir()] == ["README.md"]
+    (project / "manifest.json").write_text('{"name": "My web app"}')  # not an export's
+    with pytest.raises(ConfigError, match="holds files no docclass export wrote"):
+        run_command("export", ["--ckpt", str(ckpt), "--out", str(project)])
+    assert sorted(p.name for p in project.iterdir()) == ["README.md", "manifest.json"]
     assert (project / "README.md").read_text() == "my project"
     (tmp_path / "a-file").write_text("")
     with pytest.raises(ConfigError, match="is a file"):
