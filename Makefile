@@ -17,15 +17,15 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # lxt (AttnLRP's reference implementation, for the tests that check docclass's relevance rules
 # against it) is installed without its dependencies: they include open_clip_torch and
 # bitsandbytes, which would pull torchvision and another torch build; its rules need torch alone.
-# --no-compile: pip byte-compiles every installed module by default, most of them never imported
-# (torch's, Ray's, transformers'); Python compiles and caches the imported ones on first use.
-# On 2 cores the set-up took 115-121 s compiled and 54-59 s without, and the first import of
-# the training path cost 22 s more once: make demo from nothing is about 40 s shorter.
+# Compiled at install, as pip does by default: without it (--no-compile) the set-up took 59 s
+# instead of 115 s, but where PYTHONDONTWRITEBYTECODE is set (this workplace's machines) no
+# process ever caches what it compiles, and every one (each test's subprocess, each Ray worker)
+# compiled torch again: make test took 20 minutes instead of 10.
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --no-compile $(PIP_FLAGS) -e ".[dev]"
-	$(BIN)/python -m pip install --quiet --no-compile --no-deps "lxt==2.1"
+	$(BIN)/python -m pip install --quiet $(PIP_FLAGS) -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --no-deps "lxt==2.1"
 	touch $(STAMP)
 
 demo: $(STAMP)  ## a faster variant of the recommended model (MiniLM on whole articles, lowest 5 blocks held) on the embedded BBC corpus: train, test, report into reports/demo/
