@@ -301,7 +301,8 @@ class DocClassifier:
         """Load a checkpoint written by ``docclass fit``, a folder written by ``docclass
         export``, or such a folder on the hub (``hub:owner/name@<commit>``); no pickle executed.
         Word scores default to the method the model's own faithfulness measurements trust
-        most (:attr:`default_method`)."""
+        most (:attr:`default_method`). A device this machine lacks fails before the load."""
+        resolve_device(device)
         trained = load_classifier(path)
         default = model_default_method(path, trained.folder_config, lambda: trained.fingerprint)
         calibration = model_calibration(path, trained.folder_config, lambda: trained.fingerprint)

@@ -57,7 +57,7 @@ from docclass.data.sources import (
 )
 from docclass.errors import ConfigError
 from docclass.files import spreadsheet_safe
-from docclass.inference.classifier import LONE_SURROGATE, DocClassifier, resolve_device
+from docclass.inference.classifier import LONE_SURROGATE, DocClassifier
 from docclass.interpret.records import EMPTY_DOCUMENT
 
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
@@ -805,7 +805,6 @@ def run_classify(
     kind = output_kind(out)
     if not to_stdout:
         check_out_is_not_an_input(out, inputs)
-    resolve_device(device)  # a device this machine lacks fails before the model loads
     classifier = DocClassifier.load(ckpt, device)
     classifier.check_threshold(min_probability, calibrated)  # before any output is written
     handle, partial = (sys.stdout, None) if to_stdout else _open_output(Path(out))

@@ -192,15 +192,12 @@ def load_documents(
         datamodule = datamodule_from_config(data, overrides)
         run_dir = run_dir_of(ckpt)
         same = run_dir is None or trained_source_matches(run_dir, datamodule.source_spec.source)
-        if same is not False:
-            if run_dir is not None and (run_dir / "split.json").is_file():
-                if not datamodule.split_file:
-                    split_file = str(run_dir / "split.json")
-                    datamodule = datamodule_from_config(
-                        data, [*overrides, "--data.split_file", split_file]
-                    )
-            if Path(ckpt).expanduser().is_file():
-                check_same_split(ckpt, run_dir, data, datamodule, command)
+        split_file = run_dir / "split.json" if run_dir is not None else None
+        if same is not False and split_file and split_file.is_file() and not datamodule.split_file:
+            overrides += ["--data.split_file", str(split_file)]
+            datamodule = datamodule_from_config(data, overrides)
+        if same is not False and Path(ckpt).expanduser().is_file():
+            check_same_split(ckpt, run_dir, data, datamodule, command)
         return documents_from_datamodule(datamodule, split)
     # A source from a config or the API keeps its ~ (no shell expanded it).
     return _documents_from_source(os.path.expanduser(data), split, text_column, label_column)

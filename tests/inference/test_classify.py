@@ -985,6 +985,8 @@ def test_a_device_this_machine_lacks_is_one_line_before_anything_loads(monkeypat
         # Neither the checkpoint nor the config exists: the device is refused first.
         with pytest.raises(ConfigError, match="--device cuda: no CUDA"):
             run_command(command, given + (["--out", str(tmp_path / command)] if out else []))
+    with pytest.raises(ConfigError, match="--device cuda: no CUDA"):  # before the checkpoint
+        run_command("classify", ["--ckpt", str(tmp_path / "no.ckpt"), "--device", "cuda", "-"])
 
 
 @pytest.mark.fault(
