@@ -28,6 +28,9 @@ MODEL_TYPE = "docclass"  # config.json's model_type in a model folder
 # 2: every file covered by manifest.json (format 1 hashed the weights only, and optionally).
 FOLDER_FORMAT_VERSION = 2
 MODEL_FOLDER_FILES = ("config.json", "model.safetensors", "tokenizer.json")
+# config.json's split.sha256: the fingerprint of the split the exported checkpoint trained on,
+# so a report of the folder from a config refuses held-out documents of another split.
+SPLIT_SHA256 = "sha256"
 CARD = "README.md"
 FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}  # safetensors' names
 

