@@ -151,8 +151,8 @@ def contribution_totals(record: dict[str, Any]) -> dict[str, float]:
 def file_record(record: dict[str, Any]) -> dict[str, Any]:
     """``record`` as a file keeps it: each list of word scores rounded to :data:`FILE_STEP` of
     its largest magnitude, probabilities to :data:`PROBABILITY_DIGITS` significant digits
-    (logits and faithfulness figures as computed), and ``contribution_totals``: each class's
-    words' total before the rounding."""
+    but the predicted class's (it, the logits and faithfulness figures as computed), and
+    ``contribution_totals``: each class's words' total before the rounding."""
     kept = {
         key: _rounded(value) if key in _WORD_SCORE_KEYS else value for key, value in record.items()
     }
@@ -164,6 +164,11 @@ def file_record(record: dict[str, Any]) -> dict[str, Any]:
         kept["probs"] = {
             name: float(f"{p:.{PROBABILITY_DIGITS}g}") for name, p in record["probs"].items()
         }
+        if record.get("predicted") in record["probs"]:
+            # The predicted class's, as computed: a page rendered again from the file flags it
+            # uncertain below LOW_CONFIDENCE as the first did (0.5999996 read back as 0.6 lost
+            # its flag).
+            kept["probs"][record["predicted"]] = record["probs"][record["predicted"]]
     return kept
 
 

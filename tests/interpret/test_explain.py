@@ -325,6 +325,17 @@ def test_a_record_file_keeps_each_score_to_a_ten_thousandth_of_its_largest():
     assert kept["contribution_totals"] == {"a": pytest.approx(5.23456 + 5.21111)}
 
 
+def test_a_page_rendered_again_from_the_file_flags_what_the_first_flagged():
+    """The predicted class's probability is kept as computed: 0.5999996 read back as 0.6
+    lost its "uncertain" flag when ``rewrite_report`` rendered the folder again."""
+    from docclass.report.html import _flags
+
+    record = {"id": 1, "predicted": "a", "label": "a", "probs": {"a": 0.5999996, "b": 0.4000004}}
+    assert _flags(record) == ["uncertain"]
+    kept = file_record(record)
+    assert _flags(kept) == ["uncertain"] and kept["probs"]["b"] == 0.4
+
+
 def test_jsonl_round_trip(tmp_path):
     records = explain_documents(tiny_classifier(), DOCUMENTS + ["<script>alert(1)</script> ünï"])
     path = tmp_path / "explanations.jsonl"
