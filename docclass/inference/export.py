@@ -16,8 +16,14 @@ from typing import Any
 
 import docclass
 from docclass.artifacts.checkpoint import load_checkpoint
-from docclass.artifacts.folder import SPLIT_SHA256, read_folder_config, write_model_folder
-from docclass.artifacts.hashing import has_recorded_hash
+from docclass.artifacts.folder import (
+    CARD,
+    MODEL_FOLDER_FILES,
+    SPLIT_SHA256,
+    read_folder_config,
+    write_model_folder,
+)
+from docclass.artifacts.hashing import has_recorded_hash, verify_manifest
 from docclass.artifacts.load import TrainedClassifier, load_classifier
 from docclass.artifacts.locate import HUB_FILES
 from docclass.errors import CheckpointError, ConfigError, one_line
@@ -258,8 +264,9 @@ def push_command(folder: str, repo_id: str, private: bool = True) -> str:
         private: create the repository private.
     """
     read_folder_config(folder)  # only a complete docclass folder, true to its manifest
-    if not (Path(folder) / "README.md").is_file():
-        raise CheckpointError(f"{folder}: has no README.md model card; export it again")
+    # The card too: one the manifest does not list (dropped in after export) went up as the
+    # model's card, its figures unchecked, while an edited listed one was refused.
+    verify_manifest(Path(folder), (*MODEL_FOLDER_FILES, CARD))
     api = hub_api()
     try:
         api.create_repo(repo_id, private=private, exist_ok=True)

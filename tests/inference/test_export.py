@@ -642,6 +642,22 @@ def test_push_refuses_an_incomplete_folder(exported, tmp_path, monkeypatch, caps
     assert hub.calls == []
 
 
+def test_push_refuses_a_card_the_manifest_does_not_list(exported, tmp_path, monkeypatch, capsys):
+    """A README.md dropped into a folder exported without one went up as the model's card,
+    its figures unchecked, where an edited card of the export was refused."""
+    hub = LocalHub(tmp_path / "hub")
+    monkeypatch.setattr(export_module, "hub_api", lambda: hub)
+    folder = _copy(exported, tmp_path)
+    manifest = json.loads((folder / MANIFEST).read_text())
+    del manifest["sha256"]["README.md"]
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    (folder / "README.md").write_text("---\nlicense: mit\n---\n# Accuracy 0.999\n")
+    with pytest.raises(SystemExit):
+        main(["push", "--folder", str(folder), "--repo_id", "someone/x"])
+    assert "does not cover README.md" in capsys.readouterr().err
+    assert hub.calls == []
+
+
 def test_a_checkpoint_whose_max_tokens_is_not_a_count_is_one_line(fitted, tmp_path, capsys):
     import torch
 
