@@ -246,6 +246,12 @@ def main(args: list[str] | None = None) -> None:
         command = f"docclass {argv[0]}" if argv[:1] and argv[0] in known else "docclass"
         print(f"docclass: error: {message} (see '{command} --help')", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:
+        # Ctrl+C is the user's own stop, not a fault to show as a traceback; what a command
+        # leaves behind it says itself (classify removes its partial file, a fit its last
+        # checkpoint to resume from). 130: a shell's status for a run ended by SIGINT.
+        print("docclass: interrupted (Ctrl+C); nothing more was written", file=sys.stderr)
+        sys.exit(130)
     except BrokenPipeError:
         if not _stdout_reader_gone():
             raise  # another pipe (a worker's, a socket): a real failure, not to be hidden

@@ -1051,6 +1051,30 @@ def test_a_reader_that_leaves_early_ends_classify_quietly(ckpt, tmp_path):
     assert json.loads(first)["label"] and "Traceback" not in error, error
 
 
+def test_ctrl_c_ends_classify_in_one_line_and_leaves_no_partial_output(ckpt, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    table = tmp_path / "many.csv"
+    table.write_text("text\n" + "Shares rose after profits at the bank.\n" * 20000)
+    out = tmp_path / "labels.csv"
+    command = [sys.executable, "-m", "docclass.cli", "classify", "--ckpt", str(ckpt), str(table),
+               "--out", str(out)]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    partial = tmp_path / ".labels.csv.partial"
+    deadline = time.monotonic() + 120
+    while not (partial.is_file() and partial.stat().st_size) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process.poll() is None, process.stderr.read().decode()
+    process.send_signal(signal.SIGINT)
+    error = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 130
+    assert "Traceback" not in error and "interrupted (Ctrl+C)" in error.splitlines()[-1], error
+    assert not out.exists() and not partial.exists()
+
+
 def test_a_broken_pipe_that_is_not_standard_output_is_not_hidden(monkeypatch):
     # Only the reader of standard output leaving is a quiet end; a worker's or a socket's
     # broken pipe is a failure, shown as one.
