@@ -143,6 +143,10 @@ def removal_curves_figure(tables: dict[str, dict], fractions: Sequence[float]) -
     return figure
 
 
+# The reliability diagram's bar for documents whose top probability is exactly 1.
+EXACTLY_ONE_WIDTH = 0.03
+
+
 def reliability_figure(split_figures: dict, temperature: float) -> plt.Figure:
     """Reliability diagram of one split before and after the temperature: per confidence bin,
     the share right (bars) against the mean top probability (the diagonal is perfect), and
@@ -151,9 +155,16 @@ def reliability_figure(split_figures: dict, temperature: float) -> plt.Figure:
     panels = (("before", "raw softmax"), ("after", f"calibrated (T = {temperature:.3f})"))
     for axis, (key, name) in zip(axes, panels, strict=True):
         bins = split_figures["reliability"][key]
-        centres = [(b["low"] + b["high"]) / 2 for b in bins]
-        width = bins[0]["high"] - bins[0]["low"] if bins else 0.0
-        axis.bar(centres, [b["accuracy"] for b in bins], width=0.9 * width, color="#4c78a8",
+        widths = [b["high"] - b["low"] for b in bins]
+        # A top probability of exactly 1 is a bin of its own (low == high == 1): a thin bar
+        # just right of 1, not one over the last bin's (and not of zero width, as it was when
+        # every document was sure: the bars took the first bin's width).
+        centres = [
+            (b["low"] + b["high"]) / 2 if w else 1 + EXACTLY_ONE_WIDTH / 2
+            for b, w in zip(bins, widths, strict=True)
+        ]
+        axis.bar(centres, [b["accuracy"] for b in bins],
+                 width=[0.9 * w if w else EXACTLY_ONE_WIDTH for w in widths], color="#4c78a8",
                  label="share right")  # fmt: skip
         axis.plot([b["confidence"] for b in bins], [b["accuracy"] for b in bins], "o",
                   color="#d9822b", label="(mean top probability, share right)")  # fmt: skip
@@ -162,7 +173,7 @@ def reliability_figure(split_figures: dict, temperature: float) -> plt.Figure:
             axis.annotate(str(b["documents"]), (centre, 0.02), ha="center", fontsize=7)
         axis.set_title(f"{name}: ECE {split_figures[key]['ece']:.3f}")
         axis.set_xlabel("top probability")
-        axis.set_xlim(0, 1)
+        axis.set_xlim(0, 1 + EXACTLY_ONE_WIDTH if any(w == 0 for w in widths) else 1)
         axis.set_ylim(0, 1.02)
     axes[0].set_ylabel("share of documents labelled right")
     axes[0].legend(fontsize=8, loc="upper left")

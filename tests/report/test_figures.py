@@ -1,4 +1,5 @@
 import io
+import itertools
 import json
 
 import numpy as np
@@ -31,3 +32,27 @@ def test_the_training_curves_come_from_the_fit_metrics_json_names(tmp_path):
     assert _metric_log(run) == run / "logs" / "version_0" / "metrics.csv"
     (run / "metrics.json").write_text(json.dumps({"metric_log": None}))
     assert _metric_log(run) is None
+
+
+def test_the_reliability_bar_of_sure_documents_stands_apart_and_is_seen():
+    """Documents whose top probability is exactly 1 are a bin of their own (low == high):
+    drawn over the last bin's bar it hid it; alone, it took a zero width and no bar showed."""
+    import torch
+
+    from docclass.calibration import reliability_bins
+    from docclass.report.figures import reliability_figure
+
+    sure = torch.tensor([[1.0, 0.0]] * 3)
+    mixed = torch.cat([sure, torch.tensor([[0.95, 0.05]] * 4)])
+    for probs in (sure, mixed):
+        bins = reliability_bins(probs, torch.zeros(len(probs), dtype=torch.long))
+        figure = reliability_figure(
+            {"reliability": {"before": bins, "after": bins}, "before": {"ece": 0.0},
+             "after": {"ece": 0.0}}, 1.0,
+        )  # fmt: skip
+        bars = sorted(
+            (patch.get_x(), patch.get_x() + patch.get_width()) for patch in figure.axes[0].patches
+        )
+        assert len(bars) == len(bins) and all(right > left for left, right in bars)
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(bars)), bars  # none over another
+        assert figure.axes[0].get_xlim()[1] >= bars[-1][1]
