@@ -295,7 +295,13 @@ def population_figures(
         for t, p in zip(labels, predicted, strict=True)
         if t in index and p in index
     ]
-    figures: dict[str, Any] = {"documents": len(predicted), "accuracy": None, "macro_f1": None}
+    figures: dict[str, Any] = {
+        "documents": len(predicted),
+        # What the accuracy is over: labelled and classified, which ``documents`` need not be.
+        "scored": len(pairs),
+        "accuracy": None,
+        "macro_f1": None,
+    }
     if pairs:
         matrix = np.zeros((len(label_names), len(label_names)), dtype=np.int64)
         for true, guess in pairs:

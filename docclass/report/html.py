@@ -353,6 +353,7 @@ def _summary(
     matrix = confusion(records, label_names)
     summary: dict[str, Any] = {
         "documents": len(records),
+        "scored": 0,
         "accuracy": None,
         "macro_f1": None,
         "errors": 0,
@@ -365,9 +366,12 @@ def _summary(
         scores = classification_scores(matrix)
         summary["accuracy"], summary["macro_f1"] = scores["accuracy"], scores["macro_f1"]
         summary["errors"] = int(matrix.sum() - np.trace(matrix))
+        summary["scored"] = int(matrix.sum())
     if population:
         # A sample chosen errors first would make its own accuracy look far worse than it is.
         summary.update({key: population.get(key) for key in ("documents", "accuracy", "macro_f1")})
+        # A population written before it counted them is taken as all labelled, as it was read.
+        summary["scored"] = population.get("scored", population.get("documents"))
         summary["errors"] = population.get("errors", 0)
         # Counted over the split by a capped report; one written before it counted them keeps
         # the sample's.

@@ -583,6 +583,8 @@ def test_labels_the_model_has_no_class_for_are_read_as_unlabelled(tmp_path):
     predicted = [r["predicted"] for r in records]
     errors = sum(p != t for p, t in zip(predicted[:2], labels[:2], strict=True))
     assert html.count('<span class="badge error">wrong</span>') == errors
+    # The accuracy is over the two labelled documents of six, and the page says so.
+    assert '<span id="scored">of the 2 labelled, classified</span>' in html
 
 
 @pytest.mark.fault(
@@ -611,6 +613,16 @@ def test_capped_report_keeps_the_headline_of_every_document(tmp_path):
     uncertain = sum(r["score"] < 0.6 for r in results)
     assert uncertain > 8  # the sample's count could not reach it
     assert f"<b>{uncertain}</b>below 60 % confidence" in html
+
+
+def test_a_capped_reports_accuracy_says_how_many_documents_it_is_over(tmp_path):
+    """Unlabelled documents count among the split's documents, not in its accuracy."""
+    classifier = tiny_classifier(n_layers=1)
+    labels = [LABELS[i % 3] if i % 2 else None for i in range(30)]
+    make_report(classifier, numbered(labels), tmp_path, max_documents=8, faithfulness=False)
+    html = (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert "over all 30 documents (the 15 labelled and classified)" in html
+    assert '<span id="scored">of the 15 labelled, classified</span>' in html
 
 
 def test_a_report_made_again_with_fewer_documents_leaves_no_page_of_the_first(report, tmp_path):
