@@ -45,6 +45,10 @@ def fit_temperature(logits: torch.Tensor, labels: torch.Tensor) -> float | None:
     if len(logits) == 0:
         raise ValueError("no documents to fit a temperature on")
     logits, labels = logits.detach().double().cpu(), labels.detach().long().cpu()
+    if not torch.isfinite(logits).all():
+        # Every slope would be NaN, every comparison false: the bisection ran to the upper
+        # bound and returned T = 20 as if the likelihood had chosen it.
+        raise ValueError("non-finite logits: no temperature can be fitted to them")
     true_logit = logits.gather(1, labels[:, None]).squeeze(1)
 
     def slope(inverse: float) -> float:
@@ -177,21 +181,36 @@ def accepted_at(probs: torch.Tensor, labels: torch.Tensor, threshold: float | No
 
 def risk_coverage(probs: torch.Tensor, labels: torch.Tensor, points: int = 100) -> list[dict]:
     """The risk–coverage curve: accepting documents from the most sure down, the share accepted
-    against the error rate among them, at about ``points`` coverages (and the last)."""
+    against the error rate among them, at about ``points`` coverages (and the last). Inside a
+    tie of shown probabilities the error rate is the tie's own, whatever the input order."""
     confidence, correct = _confidence_and_correct(probs, labels)
     confidence = confidence.round(decimals=SHOWN_DECIMALS)
     order = torch.argsort(confidence, descending=True, stable=True)
+    shown = confidence[order]
     errors = (1 - correct[order]).cumsum(0)
     n = len(order)
+    # Documents of one shown probability are accepted together by any threshold: within such
+    # a tie a point takes the tie's own error rate (the expected one in a random order), not
+    # that of whichever tied documents the split happens to list first.
+    _, sizes = torch.unique_consecutive(shown, return_counts=True)
+    ends = sizes.cumsum(0)
+    starts = ends - sizes
+    before = torch.cat([errors.new_zeros(1), errors])[starts]
+    tie_rate = (errors[ends - 1] - before) / sizes
+    tie_of = torch.repeat_interleave(torch.arange(len(sizes)), sizes)
     steps = sorted({min(n, max(1, round(n * i / points))) for i in range(1, points + 1)})
-    return [
-        {
-            "coverage": round(k / n, 6),
-            "risk": round(float(errors[k - 1]) / k, 6),
-            "threshold": float(confidence[order[k - 1]]),
-        }
-        for k in steps
-    ]
+    points_out = []
+    for k in steps:
+        tie = int(tie_of[k - 1])
+        wrong = float(before[tie]) + (k - int(starts[tie])) * float(tie_rate[tie])
+        points_out.append(
+            {
+                "coverage": round(k / n, 6),
+                "risk": round(wrong / k, 6),
+                "threshold": float(shown[k - 1]),
+            }
+        )
+    return points_out
 
 
 def ece_if_calibrated(probs: torch.Tensor, draws: int = 200, seed: int = 0) -> float:

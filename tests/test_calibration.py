@@ -153,6 +153,31 @@ def test_the_risk_coverage_curve_ends_at_every_document_and_the_error_rate():
         assert 1 - accepted["precision"] == pytest.approx(point["risk"], abs=1e-6)
 
 
+def test_inside_a_tie_the_curve_takes_the_ties_error_rate_whatever_the_input_order():
+    """60 documents shown at a probability of 1 (10 of them wrong), 40 below: no threshold
+    accepts part of the tie, so its points must not depend on which of them came first."""
+    sure = torch.tensor([[1.0, 0.0]] * 60)
+    unsure = torch.tensor([[0.8, 0.2]] * 40)
+    probs = torch.cat([sure, unsure])
+    wrong_first = torch.tensor([1] * 10 + [0] * 90)
+    wrong_last = torch.tensor([0] * 50 + [1] * 10 + [0] * 40)
+    first, last = risk_coverage(probs, wrong_first), risk_coverage(probs, wrong_last)
+    assert first == last
+    for point in first:
+        if point["coverage"] <= 0.6:
+            assert point["risk"] == pytest.approx(10 / 60, abs=1e-6)
+    assert first[-1]["risk"] == pytest.approx(0.1)
+
+
+def test_non_finite_logits_get_no_temperature():
+    logits, labels = miscalibrated(200, 3, 1.5, seed=3)
+    for bad in (float("nan"), float("inf")):
+        broken = logits.clone()
+        broken[5, 1] = bad
+        with pytest.raises(ValueError, match="non-finite logits"):
+            fit_temperature(broken, labels)
+
+
 def test_a_precision_exactly_at_the_target_reaches_it():
     # 20 documents, the 10th surest wrong: all 20 are 95 % right, exactly the target.
     confidence = torch.linspace(0.99, 0.60, 20, dtype=torch.float64)

@@ -151,6 +151,13 @@ def calibrate(
     logits, labels = labelled_logits(classifier, validation, device, logits_of=logits_of)
     if not len(labels):
         raise DataError(f"{validation.description}: no labelled document to fit a temperature on")
+    broken = int((~torch.isfinite(logits).all(dim=1)).sum())
+    if broken:
+        raise CheckpointError(
+            f"{validation.description}: the model's logits are not finite on {broken} of "
+            f"{len(logits)} documents (weights that diverged); no temperature is fitted to "
+            "them: train again with a lower learning rate or gradient clipping"
+        )
     fitted = fit_temperature(logits, labels)
     # Everything below uses the temperature as stored, the one predict() will divide by.
     temperature = round(fitted, 6) if fitted is not None else 1.0

@@ -196,6 +196,21 @@ def test_labels_the_model_does_not_know_are_refused_not_mapped(ckpt):
         calibrate(classifier, documents)
 
 
+def test_a_model_whose_logits_are_not_finite_is_refused_not_given_the_largest_temperature(ckpt):
+    """One NaN logit made every slope NaN: the bisection ran to its bound and T = 20 was
+    stored as the likelihood's choice, every later probability nearly uniform."""
+    classifier = DocClassifier.load(ckpt, "cpu").trained
+
+    def one_nan(model, tokens, mask):
+        logits = model(tokens, mask).logits.clone()
+        logits[0, 0] = float("nan")  # the first document of the first batch
+        return logits
+
+    documents = Documents(TEXTS, ["a", "b", "c"], ["business", "sports", "politics"], "mine")
+    with pytest.raises(CheckpointError, match="mine: the model's logits are not finite on 1 of 3"):
+        calibrate(classifier, documents, logits_of=one_nan)
+
+
 def test_the_command_calibrates_a_checkpoint_as_the_fit_did(fitted, ckpt, calibration, tmp_path):
     """``docclass calibrate`` on a copy of the run: the same temperature and figures, kept
     beside another checkpoint's entry."""
