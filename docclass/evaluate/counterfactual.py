@@ -137,7 +137,9 @@ def document_counterfactual(
     label = int(tried[high].argmax())
     result.update(
         k=high,
-        indices=sorted(ranking[:high]),
+        # Both most important first, pair for pair (indices were in position order and words
+        # in rank order, so zipping them put each word at another's position).
+        indices=[int(i) for i in ranking[:high]],
         words=[record["words"][i] for i in ranking[:high]],
         label=classifier.label_names[label],
         # The page shows it beside the record's calibrated probabilities: the copies' are raw.

@@ -6,7 +6,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from helpers import CONFIGS
+from helpers import CONFIGS, tiny_classifier
 
 from benchmarks.planted_keyword import planted_keyword_hits
 from docclass.data.synthetic import planted_keyword_corpus
@@ -15,6 +15,7 @@ from docclass.evaluate.erasure import (
     removal_curves,
     top_k,
 )
+from docclass.interpret.explain import explain_documents
 
 
 def test_removal_curves_match_a_hand_computed_example():
@@ -81,7 +82,6 @@ def test_batched_curves_equal_one_forward_per_perturbed_copy(window, removal):
     gives what one forward pass per copy gives. A negative window is an encoder window: the
     document is read in windows of that many tokens, and a cut-out copy keeps each token in
     its own window."""
-    from helpers import tiny_classifier
 
     from docclass.data.tokenizer import UNK_ID, align_words, encode_batch
     from docclass.evaluate.erasure import document_curves
@@ -307,6 +307,29 @@ def test_faithfulness_leaves_a_report_explained_under_other_rules_alone(fitted, 
     (out / REPORT_META).write_text(json.dumps(meta), encoding="utf-8")
     main(faithfulness)
     assert "Words removed by deletion" in (out / "index.html").read_text(encoding="utf-8")
+
+
+def test_the_counterfactual_words_and_positions_pair_up(monkeypatch):
+    """Words were in rank order and positions in text order: zipped, each word got another's
+    position. A made-up score ranks later words first; removing two words flips the label."""
+    import docclass.evaluate.counterfactual as counterfactual
+
+    classifier = tiny_classifier(n_layers=1)
+    text = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima"
+    [record] = explain_documents(classifier, [text])
+    record["scores"]["later_first"] = list(np.linspace(0, 1, record["words_read"]))
+    predicted = classifier.label_names.index(record["predicted"])
+
+    def flips_after_two(model, ids, token_words, masks, removal, **kwargs):
+        rows = np.full((len(masks), len(classifier.label_names)), 0.1)
+        for row, keep in zip(rows, masks, strict=True):
+            row[predicted if (~keep).sum() < 2 else (predicted + 1) % len(row)] = 0.8
+        return rows / rows.sum(axis=1, keepdims=True)
+
+    monkeypatch.setattr(counterfactual, "keep_distributions", flips_after_two)
+    result = counterfactual.document_counterfactual(classifier, text, record, "later_first")
+    assert result["k"] == 2 and result["words"] == ["lima", "kilo"]
+    assert [record["words"][i] for i in result["indices"]] == result["words"]
 
 
 def test_the_counterfactual_search_reads_the_faithfulness_copies(planted):
