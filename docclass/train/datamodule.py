@@ -76,8 +76,12 @@ def check_settings(**settings) -> None:
         raise DataError(
             f"data.predict_split must be one of {SPLITS}, got {settings['predict_split']!r}"
         )
-    if settings["pad_to_multiple"] < 1:
-        raise DataError(f"data.pad_to_multiple must be positive, got {settings['pad_to_multiple']}")
+    for name in ("pad_to_multiple", "batch_size", "eval_batch_size"):
+        # batch_size 0 was a traceback from the DataLoader, after the data had been read.
+        if settings[name] < 1:
+            raise DataError(f"data.{name} must be positive, got {settings[name]}")
+    if settings["num_workers"] < 0:
+        raise DataError(f"data.num_workers must be 0 or more, got {settings['num_workers']}")
 
 
 class DocDataModule(pl.LightningDataModule):
@@ -161,6 +165,9 @@ class DocDataModule(pl.LightningDataModule):
             max_tokens=max_tokens,
             predict_split=predict_split,
             pad_to_multiple=pad_to_multiple,
+            batch_size=batch_size,
+            eval_batch_size=eval_batch_size,
+            num_workers=num_workers,
         )
         self.stream, self.max_batch_tokens = stream, max_batch_tokens
         self.steps_per_epoch = steps_per_epoch
@@ -315,6 +322,14 @@ class DocDataModule(pl.LightningDataModule):
             wanted = json.loads(path.read_text())
         except (OSError, ValueError) as error:
             raise DataError(f"{path}: not a readable split.json ({error})") from error
+        if not isinstance(wanted, dict) or not all(
+            isinstance(wanted.get(split, []), list) for split in SPLITS
+        ):
+            # A list, or a split that is not a list of ids, was a traceback further down.
+            raise DataError(
+                f"{path}: not a split.json (an object of {', '.join(SPLITS)}, each a list of "
+                "ids); give the split.json a fit wrote"
+            )
         pool = datasets.concatenate_datasets(list(splits.values()))
         position = {doc_id: i for i, doc_id in enumerate(pool["id"])}
         if len(position) < len(pool):

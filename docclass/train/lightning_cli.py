@@ -293,9 +293,9 @@ def _token_budget(tokens: int | None) -> list[TrainingTokenBudget]:
 
 
 def _step_checkpoints(run_dir: Path, every_n_steps: int | None) -> list[ModelCheckpoint]:
-    if not every_n_steps:
+    if every_n_steps is None:
         return []
-    if every_n_steps < 1:
+    if every_n_steps < 1:  # 0 wrote no step checkpoints, in silence
         raise ConfigError(f"checkpoint_every_n_steps is {every_n_steps}; give a positive number")
     # Lightning allows one trigger per ModelCheckpoint: a second one writes the same file.
     return [

@@ -914,6 +914,27 @@ def test_bad_fractions_refused():
         DocDataModule(test_fraction=0.7)
 
 
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("batch_size", 0), ("eval_batch_size", 0), ("num_workers", -1), ("pad_to_multiple", 0)],
+)
+def test_impossible_batch_settings_are_one_line_before_any_data_is_read(setting, value):
+    # batch_size 0 was the DataLoader's traceback, after the data had been read.
+    with pytest.raises(DataError, match=f"data.{setting} must be"):
+        DocDataModule(source="no-such-corpus.csv", **{setting: value})
+
+
+@pytest.mark.parametrize("content", ['["a", "b"]', '{"train": 5, "val": [], "test": []}'])
+def test_a_split_file_that_is_not_a_split_is_one_line(tmp_path, content):
+    rows = topical_rows(20)
+    path, split_file = tmp_path / "docs.csv", tmp_path / "split.json"
+    datasets.Dataset.from_dict(rows).to_csv(str(path), index=False)
+    split_file.write_text(content)
+    module = DocDataModule(source=str(path), tokenizer=SMALL_TOKENIZER, split_file=str(split_file))
+    with pytest.raises(DataError, match="split.json: not a split.json"):
+        module.prepare()
+
+
 def test_epoch_shuffle_sampler_replays_random_sampler_from_any_epoch():
     """A resumed run must see the orders an uninterrupted one sees, epoch for epoch."""
     from torch.utils.data import RandomSampler

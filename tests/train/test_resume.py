@@ -1046,3 +1046,13 @@ def test_a_run_without_a_folder_writes_everything_into_reports_run(tmp_path, mon
     assert [p.name for p in tmp_path.iterdir()] == ["reports"]
     run = tmp_path / "reports" / "run"
     assert {"metrics.json", "split.json", "checkpoints"} <= {p.name for p in run.iterdir()}
+
+
+def test_checkpoints_every_zero_steps_is_refused_not_ignored(tmp_path):
+    # 0 wrote no step checkpoints, in silence: a run killed mid-epoch lost the whole epoch.
+    from docclass.errors import ConfigError
+    from docclass.train.lightning_cli import _step_checkpoints
+
+    with pytest.raises(ConfigError, match="checkpoint_every_n_steps is 0"):
+        _step_checkpoints(tmp_path, 0)
+    assert _step_checkpoints(tmp_path, None) == []
