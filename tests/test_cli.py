@@ -188,6 +188,60 @@ def test_testing_a_runs_checkpoint_keeps_its_split_and_its_metrics(fitted, tmp_p
     assert config["test"]["accuracy"] == tested["test"]["accuracy"]
 
 
+@pytest.mark.parametrize("named", ["~/run/checkpoints/last.ckpt", "last"])
+def test_a_checkpoint_named_from_the_home_folder_is_tested_as_it_was_trained(
+    fitted, tmp_path, monkeypatch, named
+):
+    """``~`` in --ckpt_path (or in the run folder that ``last`` is looked up in): Lightning read
+    no settings from the path as written, so the network was built from the command line's
+    (here banded attention) and the trained weights loaded into it scored another model."""
+    import shutil
+
+    home = tmp_path / "home"
+    shutil.copytree(fitted / "checkpoints", home / "run" / "checkpoints")
+    monkeypatch.setenv("HOME", str(home))
+    out = "~/run" if named == "last" else str(tmp_path / "tested")
+    run_cli("test", "--config", TINY, "--ckpt_path", named, "--model.attention_window", "4",
+            "--trainer.default_root_dir", out)  # fmt: skip
+    written = home / "run" if named == "last" else tmp_path / "tested"
+    tested = json.loads((written / "metrics.json").read_text())
+    trained = json.loads((fitted / "metrics.json").read_text())
+    assert tested["config"]["model"]["attention_window"] == 0
+    assert tested["test"]["accuracy"] == trained["test"]["accuracy"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ([], "docclass test needs --ckpt_path"),
+        (["--ckpt_path", "last"], "checkpoints holds no last.ckpt; give the run's"),
+        (["--ckpt_path", "best"], "checkpoints holds no best.ckpt; give the run's"),
+    ],
+)
+def test_testing_without_a_checkpoint_is_refused_not_an_untrained_network(
+    capsys, tmp_path, flags, message
+):
+    # Lightning tested the network as built: random weights, plausible labels, status 0.
+    line = one_line_failure(capsys, "test", "--config", TINY, *flags,
+                            "--trainer.default_root_dir", str(tmp_path / "run"))  # fmt: skip
+    assert message in line
+    assert not (tmp_path / "run" / "metrics.json").exists()
+
+
+def test_a_model_folder_as_ckpt_path_is_one_line(capsys, fitted, tmp_path):
+    folder = tmp_path / "model"
+    run_cli("export", "--ckpt", str(fitted / "checkpoints" / "last.ckpt"), "--out", str(folder))
+    line = one_line_failure(capsys, "test", "--config", TINY, "--ckpt_path", str(folder),
+                            "--trainer.default_root_dir", str(tmp_path / "run"))  # fmt: skip
+    assert "--ckpt_path takes a checkpoint file (.ckpt)" in line
+
+
+def test_lightnings_own_refusals_are_one_line(capsys, tmp_path):
+    line = one_line_failure(capsys, "fit", "--config", TINY, "--trainer.accelerator", "gpu",
+                            "--trainer.default_root_dir", str(tmp_path / "run"))  # fmt: skip
+    assert line.startswith("docclass: error: ") and "gpu" in line.lower()
+
+
 def one_line_failure(capsys, *args: str) -> str:
     with pytest.raises(SystemExit) as exit_info:
         run_cli(*args)

@@ -9,6 +9,7 @@ logs, and after testing ``metrics.json``, ``split.json`` and the predictions.
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,11 +20,12 @@ from jsonargparse import ArgumentError
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from docclass.artifacts.encoders import encoder_model_settings, locate_encoder
 from docclass.artifacts.load import verify_checkpoint
-from docclass.errors import ConfigError
+from docclass.errors import CheckpointError, ConfigError
 from docclass.files import lock_folder
 from docclass.train.callbacks import (
     EpochEndResume,
@@ -133,16 +135,38 @@ class TrainingCLI(LightningCLI):
         # check the file first so a missing or damaged one gets a one-line error.
         subcommand = self.config.get("subcommand")
         section = self.config[subcommand] if subcommand else None
+        if section is not None and section.trainer.get("default_root_dir"):
+            # Lightning expands ~ in the run folder and so found its last.ckpt, where docclass's
+            # own look found none: a resume without docclass's checks, settings or tokenizer.
+            root = os.path.expanduser(str(section.trainer.default_root_dir))
+            section.trainer.default_root_dir = root
         ckpt_path = section.get("ckpt_path") if section is not None else None
-        if ckpt_path == "last":
+        if ckpt_path in ("last", "best"):
             # Lightning's CLI reads a named file's settings but not `last`'s, so the config's
-            # built another network than the weights it resumed, silently. `last` now names
-            # this run's last.ckpt, for the settings and the weights alike (Lightning's own
+            # built another network than the weights it resumed, silently. `last` (and `best`)
+            # now name this run's file, for the settings and the weights alike (Lightning's own
             # choice, the newest last*.ckpt anywhere, could be another file than the one read).
-            ckpt_path = self._named_checkpoint(section, "last")
-            if ckpt_path is None:
+            named = self._named_checkpoint(section, ckpt_path)
+            if named is None and subcommand == "fit" and ckpt_path == "last":
                 return  # nothing to resume: a new run (never a stray ./last's settings)
-            section.ckpt_path = ckpt_path
+            if named is None:
+                raise CheckpointError(
+                    f"--ckpt_path {ckpt_path}: {self._run_dir(section)}/checkpoints holds no "
+                    f"{ckpt_path}.ckpt; give the run's --trainer.default_root_dir or the "
+                    "checkpoint file"
+                )
+            section.ckpt_path = ckpt_path = named
+        elif ckpt_path and ckpt_path not in LIGHTNING_CKPT_ALIASES:
+            # Lightning reads a checkpoint's settings only from a path that is a file as
+            # written: with ~ unexpanded the network was built from the config's settings while
+            # the weights (expanded elsewhere) loaded into it, and scored another model.
+            section.ckpt_path = ckpt_path = self._checkpoint_file(ckpt_path)
+        if not ckpt_path and subcommand in ("validate", "test", "predict"):
+            # Lightning then scores the network as built: random weights, plausible labels.
+            raise ConfigError(
+                f"docclass {subcommand} needs --ckpt_path: a checkpoint a fit wrote, or last "
+                "for the run's own (without one it would score an untrained network)"
+            )
         if ckpt_path and ckpt_path not in LIGHTNING_CKPT_ALIASES:
             verify_checkpoint(ckpt_path)
         given = self._given_model_settings(subcommand)
@@ -179,11 +203,27 @@ class TrainingCLI(LightningCLI):
                 if str(value) != str(defaults.get(name))}  # fmt: skip
 
     @staticmethod
-    def _named_checkpoint(section, alias: str) -> str | None:
+    def _run_dir(section) -> Path:
+        return Path(section.trainer.get("default_root_dir") or DEFAULT_RUN_DIR).expanduser()
+
+    @classmethod
+    def _named_checkpoint(cls, section, alias: str) -> str | None:
         """The file Lightning's ``last``/``best`` names in this run's folder, if it is there."""
-        run_dir = Path(section.trainer.get("default_root_dir") or DEFAULT_RUN_DIR)
-        named = run_dir / "checkpoints" / f"{alias}.ckpt"
+        named = cls._run_dir(section) / "checkpoints" / f"{alias}.ckpt"
         return str(named) if named.is_file() else None
+
+    @staticmethod
+    def _checkpoint_file(ckpt_path: str) -> str:
+        """``--ckpt_path`` as the file Lightning will read (~ expanded); a model folder or a
+        hub id, which the other commands take, is refused in one line (Lightning builds the
+        network from the config for anything not a file, then fails to read it)."""
+        path = Path(ckpt_path).expanduser()
+        if path.is_dir() or (not path.exists() and ckpt_path.startswith("hub:")):
+            raise CheckpointError(
+                f"{ckpt_path}: --ckpt_path takes a checkpoint file (.ckpt) a fit wrote; a model "
+                "folder or hub id is for classify, report, faithfulness and serve"
+            )
+        return str(path)
 
     def before_instantiate_classes(self) -> None:
         config = self._subcommand_section(self.config)
@@ -213,7 +253,7 @@ class TrainingCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs):
         trainer_config = self._subcommand_section(self.config_init)["trainer"]
-        run_dir = Path(trainer_config.get("default_root_dir") or DEFAULT_RUN_DIR)
+        run_dir = Path(trainer_config.get("default_root_dir") or DEFAULT_RUN_DIR).expanduser()
         if not trainer_config.get("default_root_dir"):
             # Lightning's own default is the working folder: checkpoints and logs went to
             # reports/run while metrics, split, calibration and figures landed beside the user.
@@ -254,8 +294,13 @@ class TrainingCLI(LightningCLI):
         # them); Lightning's distributed sampler would replace that order with its own and
         # shard every rank's share twice. Not a setting: docclass's loaders need it off.
         kwargs["use_distributed_sampler"] = False
-        if not trainer_config.get("plugins"):
-            kwargs.setdefault("plugins", [AtomicCheckpointIO()])
+        plugins = trainer_config.get("plugins") or []
+        plugins = list(plugins) if isinstance(plugins, list | tuple) else [plugins]
+        if not any(isinstance(plugin, CheckpointIO) for plugin in plugins):
+            # Beside the user's other plugins (an environment, a precision): any plugin at all
+            # used to switch back to Lightning's own saving, with no hash record written and
+            # the old one left to refuse the run's newest checkpoint.
+            kwargs.setdefault("plugins", [*plugins, AtomicCheckpointIO()])
         if trainer_config.get("logger") in (None, True):
             kwargs["logger"] = [
                 CSVLogger(run_dir, name="logs"),

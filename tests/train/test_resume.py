@@ -1056,3 +1056,21 @@ def test_checkpoints_every_zero_steps_is_refused_not_ignored(tmp_path):
     with pytest.raises(ConfigError, match="checkpoint_every_n_steps is 0"):
         _step_checkpoints(tmp_path, 0)
     assert _step_checkpoints(tmp_path, None) == []
+
+
+def test_a_plugin_of_the_users_keeps_docclass_checkpoint_records(tmp_path):
+    """Any trainer plugin (an environment here) switched saving back to Lightning's own: no
+    hash record, and the record left from before refused the run's newest checkpoint."""
+    import hashlib
+
+    from docclass.cli import main
+
+    environment = '[{"class_path": "lightning.fabric.plugins.environments.LightningEnvironment"}]'
+    main(["fit", "--config", str(CONFIGS / "tiny.yaml"), "--trainer.callbacks=[]",
+          "--report_after_fit", "false", "--test_after_fit", "false",
+          "--calibrate_after_fit", "false", "--trainer.max_epochs", "1",
+          "--trainer.plugins", environment,
+          "--trainer.default_root_dir", str(tmp_path)])  # fmt: skip
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    digest = hashlib.sha256(last.read_bytes()).hexdigest()
+    assert (tmp_path / "checkpoints" / "last.ckpt.sha256").read_text() == f"{digest}  last.ckpt\n"
