@@ -56,6 +56,8 @@ log = logging.getLogger(__name__)
 SPLITS = ("train", "val", "test")
 # Where a checkpoint keeps the fingerprint of the split it trained on.
 SPLIT_KEY = "split_sha256"
+# Where a checkpoint keeps the data settings its batches were made with.
+BATCHING_KEY = "batching"
 
 
 def check_settings(**settings) -> None:
@@ -583,7 +585,19 @@ class DocDataModule(pl.LightningDataModule):
         """Where training is (:meth:`_position`), and which split it trains on: a resumed fit
         whose settings or data now split otherwise is refused (:meth:`load_state_dict`)."""
         position = self._position()
-        return {**position, SPLIT_KEY: self.split_fingerprint()} if position else position
+        if not position:
+            return position
+        return {**position, SPLIT_KEY: self.split_fingerprint(), BATCHING_KEY: self._batching()}
+
+    def _batching(self) -> dict[str, Any]:
+        """The settings that make a fit's batches: a resumed fit must keep them."""
+        return {
+            "max_tokens": self.max_tokens,
+            "batch_size": self.batch_size,
+            "max_batch_tokens": self.max_batch_tokens,
+            "pad_to_multiple": self.pad_to_multiple,
+            "seed": self.seed,
+        }
 
     def split_fingerprint(self) -> str:
         """SHA-256 of every split's ids and text hashes, in order; computed once."""
@@ -678,6 +692,20 @@ class DocDataModule(pl.LightningDataModule):
                 "these splits are not the ones the checkpoint trained on: on the same data, "
                 "some validation and test documents may be ones it trained on; pass its run's "
                 "split.json as --data.split_file, or the data settings it trained with"
+            )
+        recorded = state_dict.get(BATCHING_KEY) or {}
+        changed = [
+            f"data.{name} {getattr(self, name)!r} (the checkpoint's: {value!r})"
+            for name, value in recorded.items()
+            if getattr(self, name, value) != value
+        ]
+        if changed and self.trainer is not None and self.trainer.state.fn == "fit":
+            # Trained on at another max_tokens while the checkpoints kept recording the old
+            # one (which classify then used), or on other batches with the old schedule's
+            # step count and the old epoch's batches done: in silence.
+            raise DataError(
+                f"a resumed fit makes its batches as the checkpoint did; changed: "
+                f"{', '.join(changed)}; resume with the checkpoint's, or start a new run"
             )
         if state_dict:
             self._resume_at = (state_dict["epoch"], state_dict["batches_done"])

@@ -1074,3 +1074,27 @@ def test_a_plugin_of_the_users_keeps_docclass_checkpoint_records(tmp_path):
     last = tmp_path / "checkpoints" / "last.ckpt"
     digest = hashlib.sha256(last.read_bytes()).hexdigest()
     assert (tmp_path / "checkpoints" / "last.ckpt.sha256").read_text() == f"{digest}  last.ckpt\n"
+
+
+@pytest.mark.parametrize("changed", [["--data.max_tokens", "16"], ["--data.batch_size", "4"]])
+def test_a_resumed_fit_with_other_batch_settings_is_refused(tmp_path, capsys, changed):
+    """At another max_tokens the run trained and tested on shorter documents while its
+    checkpoints kept recording the old limit, which classify then used; at another batch
+    size the schedule and the epoch's batches done were the old batches'."""
+    from docclass.cli import main
+
+    def fit(*extra):
+        main(["fit", "--config", str(CONFIGS / "tiny.yaml"), "--trainer.callbacks=[]",
+              "--report_after_fit", "false", "--test_after_fit", "false",
+              "--calibrate_after_fit", "false", "--trainer.default_root_dir", str(tmp_path),
+              *extra])  # fmt: skip
+
+    fit("--trainer.max_epochs", "1")
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    with pytest.raises(SystemExit) as exit_info:
+        fit("--trainer.max_epochs", "2", "--ckpt_path", "last", *changed)
+    error = capsys.readouterr().err
+    assert exit_info.value.code == 2 and f"changed: data.{changed[0][7:]}" in error, error
+    assert torch.load(last, weights_only=True)["epoch"] == 0
+    fit("--trainer.max_epochs", "2", "--ckpt_path", "last")  # as it trained: resumed
+    assert torch.load(last, weights_only=True)["epoch"] == 1
