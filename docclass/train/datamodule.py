@@ -159,18 +159,11 @@ class DocDataModule(pl.LightningDataModule):
     ) -> None:
         super().__init__()
         check_settings(
-            max_batch_tokens=max_batch_tokens,
-            steps_per_epoch=steps_per_epoch,
-            stream=stream,
-            val_fraction=val_fraction,
-            test_fraction=test_fraction,
-            max_tokens=max_tokens,
-            predict_split=predict_split,
-            pad_to_multiple=pad_to_multiple,
-            batch_size=batch_size,
-            eval_batch_size=eval_batch_size,
-            num_workers=num_workers,
-        )
+            max_batch_tokens=max_batch_tokens, steps_per_epoch=steps_per_epoch, stream=stream,
+            val_fraction=val_fraction, test_fraction=test_fraction, max_tokens=max_tokens,
+            predict_split=predict_split, pad_to_multiple=pad_to_multiple, batch_size=batch_size,
+            eval_batch_size=eval_batch_size, num_workers=num_workers,
+        )  # fmt: skip
         self.stream, self.max_batch_tokens = stream, max_batch_tokens
         self.steps_per_epoch = steps_per_epoch
         self.bucket_documents, self.shuffle_buffer = bucket_documents, shuffle_buffer

@@ -945,7 +945,7 @@ def test_a_copy_of_a_changed_checkpoint_is_not_vouched_for(tmp_path, monkeypatch
 )
 @pytest.mark.skipif(sys.platform == "win32", reason="no flock on Windows: nothing is held there")
 def test_a_second_run_into_a_busy_run_folder_is_refused_before_it_writes(
-    tmp_path, capsys, monkeypatch
+    tmp_path, capsys, monkeypatch, fitted
 ):
     import socket
 
@@ -959,9 +959,10 @@ def test_a_second_run_into_a_busy_run_folder_is_refused_before_it_writes(
         "--config", str(CONFIGS / "tiny.yaml"), "--trainer.default_root_dir", str(run),
         "--trainer.max_epochs", "1", "--report_after_fit", "false",
     ]  # fmt: skip
-    for command in ("fit", "test"):
+    tested = ["--ckpt_path", str(fitted / "checkpoints" / "last.ckpt")]
+    for command, extra in (("fit", []), ("test", tested)):
         with pytest.raises(SystemExit) as exit_info:
-            main([command, *settings])
+            main([command, *settings, *extra])
         assert exit_info.value.code == 2
         line = capsys.readouterr().err.strip().splitlines()[-1]
         holder_named = f"(pid {os.getpid()} on {socket.gethostname()})"
