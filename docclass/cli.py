@@ -260,20 +260,6 @@ def main(args: list[str] | None = None) -> None:
         # Python's exit does not raise the same error again flushing it.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
-    except Exception as error:  # last: BrokenPipeError above is one too
-        if not _is_lightning_misconfiguration(error):
-            raise
-        # Lightning's own refusals (an accelerator this machine lacks, say) are the user's
-        # settings, not a fault of docclass: one line, as docclass's own.
-        print(f"docclass: error: {' '.join(str(error).split())}", file=sys.stderr)
-        sys.exit(2)
-
-
-def _is_lightning_misconfiguration(error: Exception) -> bool:
-    """Whether ``error`` is Lightning's MisconfigurationException (looked up only when one was
-    raised, so the commands that never load Lightning do not import it)."""
-    module = sys.modules.get("lightning.fabric.utilities.exceptions")
-    return module is not None and isinstance(error, module.MisconfigurationException)
 
 
 def _stdout_reader_gone() -> bool:

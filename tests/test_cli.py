@@ -210,6 +210,10 @@ def test_a_checkpoint_named_from_the_home_folder_is_tested_as_it_was_trained(
     assert tested["test"]["accuracy"] == trained["test"]["accuracy"]
 
 
+@pytest.mark.fault(
+    "test/validate/predict without `--ckpt_path`, or with `last`/`best` the run folder lacks",
+    "one line, exit 2, nothing written (Lightning scored the untrained network as built)",
+)
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
@@ -236,10 +240,11 @@ def test_a_model_folder_as_ckpt_path_is_one_line(capsys, fitted, tmp_path):
     assert "--ckpt_path takes a checkpoint file (.ckpt)" in line
 
 
-def test_lightnings_own_refusals_are_one_line(capsys, tmp_path):
-    line = one_line_failure(capsys, "fit", "--config", TINY, "--trainer.accelerator", "gpu",
+@pytest.mark.skipif(sys.platform == "darwin", reason="Apple's GPU (mps) is there on a Mac")
+def test_lightnings_own_refusals_of_the_trainer_settings_are_one_line(capsys, tmp_path):
+    line = one_line_failure(capsys, "fit", "--config", TINY, "--trainer.accelerator", "mps",
                             "--trainer.default_root_dir", str(tmp_path / "run"))  # fmt: skip
-    assert line.startswith("docclass: error: ") and "gpu" in line.lower()
+    assert line.startswith("docclass: error: trainer settings: `MPSAccelerator` can not run")
 
 
 def one_line_failure(capsys, *args: str) -> str:

@@ -151,13 +151,7 @@ def calibrate(
     logits, labels = labelled_logits(classifier, validation, device, logits_of=logits_of)
     if not len(labels):
         raise DataError(f"{validation.description}: no labelled document to fit a temperature on")
-    broken = int((~torch.isfinite(logits).all(dim=1)).sum())
-    if broken:
-        raise CheckpointError(
-            f"{validation.description}: the model's logits are not finite on {broken} of "
-            f"{len(logits)} documents (weights that diverged); no temperature is fitted to "
-            "them: train again with a lower learning rate or gradient clipping"
-        )
+    _refuse_non_finite(logits, validation)
     fitted = fit_temperature(logits, labels)
     # Everything below uses the temperature as stored, the one predict() will divide by.
     temperature = round(fitted, 6) if fitted is not None else 1.0
@@ -178,6 +172,7 @@ def calibrate(
     scored = None
     if test is not None:
         scored = labelled_logits(classifier, test, device, logits_of=logits_of)
+        _refuse_non_finite(scored[0], test)
         if len(scored[1]):
             facts["test"] = _before_and_after(*scored, temperature)
             facts["test"]["split"] = test.description
@@ -185,6 +180,18 @@ def calibrate(
             scored = None
     facts["abstention"] = abstention((logits, labels), scored, temperature)
     return facts
+
+
+def _refuse_non_finite(logits: torch.Tensor, documents: Documents) -> None:
+    broken = int((~torch.isfinite(logits).all(dim=1)).sum())
+    if broken:
+        # A NaN fitted the largest temperature as the likelihood's choice; in the test figures
+        # it would pass into the ECE, the reliability bins and the risk-coverage curve.
+        raise CheckpointError(
+            f"{documents.description}: the model's logits are not finite on {broken} of "
+            f"{len(logits)} documents (weights that diverged); nothing is calibrated on them: "
+            "train again with a lower learning rate or gradient clipping"
+        )
 
 
 def write_calibration(run_dir: Path, facts: dict[str, Any]) -> Path:

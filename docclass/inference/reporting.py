@@ -25,6 +25,7 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 from docclass.artifacts.checkpoint import load_checkpoint
 from docclass.artifacts.folder import SPLIT_SHA256, read_folder_config
 from docclass.artifacts.load import TrainedClassifier, load_classifier
+from docclass.artifacts.locate import resolve_model
 from docclass.data.sources import SourceSpec, load_source, local_source_path
 from docclass.errors import DataError
 from docclass.evaluate.agreement import add_agreement
@@ -140,16 +141,33 @@ def check_same_split(
     _refuse_another_split(ckpt, trained_on, run_dir, data, datamodule, command)
 
 
-def check_folder_split(folder: str, data: str, datamodule: DocDataModule, command: str) -> None:
-    """:func:`check_same_split` for a model folder, which carries the split its checkpoint
-    trained on in ``config.json`` (``split.sha256``), when ``data`` reads the corpus the folder
-    names; another corpus's config explains that corpus's split."""
+def check_folder_split(
+    model: str, folder: Path, data: str, datamodule: DocDataModule, command: str
+) -> None:
+    """:func:`check_same_split` for a model folder (``model`` as given: a path or a hub id),
+    which carries the split its checkpoint trained on in ``config.json`` (``split.sha256``).
+    Refused where ``data`` reads the corpus the folder names; where it names another (or the
+    same one written another way, which a folder cannot tell apart), a split other than the
+    trained one is said, not refused: another corpus's config explains that corpus's split."""
     folder_config = read_folder_config(folder)
-    trained = (folder_config.get("data") or {}).get("source")
-    if trained is None or not same_source_name(trained, datamodule.source_spec.source):
-        return
     trained_on = (folder_config.get("split") or {}).get(SPLIT_SHA256)
-    _refuse_another_split(folder, trained_on, None, data, datamodule, command)
+    trained = (folder_config.get("data") or {}).get("source")
+    same = trained is not None and same_source_name(trained, datamodule.source_spec.source)
+    if same:
+        _refuse_another_split(model, trained_on, None, data, datamodule, command)
+        return
+    if trained_on is None or trained_on == datamodule.split_fingerprint():
+        return
+    log.warning(
+        "%s: trained on %s, a split other than the one --data %s makes of %s; if that is the "
+        "same corpus, some of these documents are ones it trained on: %s with the config it "
+        "was trained with",
+        model,
+        trained or "data it does not name",
+        data,
+        datamodule.source_spec.source,
+        command,
+    )
 
 
 def _refuse_another_split(
@@ -225,10 +243,12 @@ def load_documents(
         if same is not False and split_file and split_file.is_file() and not datamodule.split_file:
             overrides += ["--data.split_file", str(split_file)]
             datamodule = datamodule_from_config(data, overrides)
-        if same is not False and Path(ckpt).expanduser().is_file():
+        # A hub id is neither file nor folder as written: its (cached) download is the folder.
+        local = resolve_model(ckpt)
+        if same is not False and local.is_file():
             check_same_split(ckpt, run_dir, data, datamodule, command)
-        elif Path(ckpt).expanduser().is_dir():
-            check_folder_split(str(Path(ckpt).expanduser()), data, datamodule, command)
+        elif local.is_dir():
+            check_folder_split(ckpt, local, data, datamodule, command)
         return documents_from_datamodule(datamodule, split)
     # A source from a config or the API keeps its ~ (no shell expanded it).
     return _documents_from_source(os.path.expanduser(data), split, text_column, label_column)

@@ -164,11 +164,15 @@ def file_record(record: dict[str, Any]) -> dict[str, Any]:
         kept["probs"] = {
             name: float(f"{p:.{PROBABILITY_DIGITS}g}") for name, p in record["probs"].items()
         }
-        if record.get("predicted") in record["probs"]:
+        predicted = record.get("predicted")
+        if predicted in record["probs"]:
             # The predicted class's, as computed: a page rendered again from the file flags it
             # uncertain below LOW_CONFIDENCE as the first did (0.5999996 read back as 0.6 lost
-            # its flag).
-            kept["probs"][record["predicted"]] = record["probs"][record["predicted"]]
+            # its flag). No other class rounds up past it: the file's most probable class
+            # stays the predicted one.
+            top = record["probs"][predicted]
+            kept["probs"] = {name: min(p, top) for name, p in kept["probs"].items()}
+            kept["probs"][predicted] = top
     return kept
 
 

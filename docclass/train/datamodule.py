@@ -318,7 +318,8 @@ class DocDataModule(pl.LightningDataModule):
         except (OSError, ValueError) as error:
             raise DataError(f"{path}: not a readable split.json ({error})") from error
         if not isinstance(wanted, dict) or not all(
-            isinstance(wanted.get(split, []), list) for split in SPLITS
+            isinstance(ids, list) and all(isinstance(i, str | int) for i in ids)
+            for ids in (wanted.get(split, []) for split in SPLITS)
         ):
             # A list, or a split that is not a list of ids, was a traceback further down.
             raise DataError(
@@ -697,7 +698,8 @@ class DocDataModule(pl.LightningDataModule):
             # one (which classify then used), or on other batches with the old schedule's
             # step count and the old epoch's batches done: in silence.
             raise DataError(
-                f"a resumed fit makes its batches as the checkpoint did; changed: "
+                f"{getattr(self.trainer, 'ckpt_path', None) or 'the checkpoint'}: a resumed fit "
+                f"makes its batches as the checkpoint did; changed: "
                 f"{', '.join(changed)}; resume with the checkpoint's, or start a new run"
             )
         if state_dict:

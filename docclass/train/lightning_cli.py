@@ -17,6 +17,7 @@ from typing import IO
 
 import torch.distributed as dist
 from jsonargparse import ArgumentError
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
@@ -306,7 +307,13 @@ class TrainingCLI(LightningCLI):
                 CSVLogger(run_dir, name="logs"),
                 TensorBoardLogger(run_dir, name="tensorboard"),
             ]
-        trainer = super().instantiate_trainer(**kwargs)
+        try:
+            trainer = super().instantiate_trainer(**kwargs)
+        except MisconfigurationException as error:
+            # Lightning's refusal of the trainer settings (an accelerator this machine lacks,
+            # say) is the user's to fix: one line. Raised later, in training, it stays a
+            # traceback: there it is a fault, not a setting.
+            raise ConfigError(f"trainer settings: {' '.join(str(error).split())}") from None
         self._guard_run_files(trainer, run_dir)
         return trainer
 

@@ -924,7 +924,9 @@ def test_impossible_batch_settings_are_one_line_before_any_data_is_read(setting,
         DocDataModule(source="no-such-corpus.csv", **{setting: value})
 
 
-@pytest.mark.parametrize("content", ['["a", "b"]', '{"train": 5, "val": [], "test": []}'])
+@pytest.mark.parametrize(
+    "content", ['["a", "b"]', '{"train": 5, "val": [], "test": []}', '{"train": [{"id": 1}]}']
+)
 def test_a_split_file_that_is_not_a_split_is_one_line(tmp_path, content):
     rows = topical_rows(20)
     path, split_file = tmp_path / "docs.csv", tmp_path / "split.json"

@@ -196,6 +196,10 @@ def test_labels_the_model_does_not_know_are_refused_not_mapped(ckpt):
         calibrate(classifier, documents)
 
 
+@pytest.mark.fault(
+    "calibrating weights whose logits are not finite (a diverged run)",
+    "one line naming the documents; never the largest temperature stored as a fit",
+)
 def test_a_model_whose_logits_are_not_finite_is_refused_not_given_the_largest_temperature(ckpt):
     """One NaN logit made every slope NaN: the bisection ran to its bound and T = 20 was
     stored as the likelihood's choice, every later probability nearly uniform."""
@@ -296,7 +300,15 @@ def test_a_report_from_a_config_explains_the_runs_own_test_split(fitted, tmp_pat
     assert sorted(documents.ids) == sorted(map(str, test_ids))
 
 
-def test_a_model_folder_reported_from_a_config_is_held_to_its_checkpoints_split(ckpt, tmp_path):
+@pytest.mark.fault(
+    "report/faithfulness of an exported model folder (or hub model) with a config of another "
+    "split seed",
+    "refused in one line naming the folder (its config.json records the split it trained on); "
+    "another corpus, or a source written otherwise, gets a warning",
+)
+def test_a_model_folder_reported_from_a_config_is_held_to_its_checkpoints_split(
+    ckpt, tmp_path, monkeypatch
+):
     """An exported folder has no run folder and no split.json: a config of another split seed
     made a "test" split partly of documents the weights trained on, in silence. The folder
     carries the split it trained on, and holds the config to it."""
@@ -309,6 +321,29 @@ def test_a_model_folder_reported_from_a_config_is_held_to_its_checkpoints_split(
     other_seed.write_text((CONFIGS / "tiny.yaml").read_text() + "  split_seed: 7\n")
     with pytest.raises(DataError, match="model: trained on another split .*; report with"):
         load_documents(str(other_seed), str(folder))
+    # The same folder as a hub model (its download), which is neither file nor folder as named.
+    monkeypatch.setattr("docclass.artifacts.locate.download_hub_model", lambda hub_id: folder)
+    with pytest.raises(DataError, match=r"hub:me/tiny@0+: trained on another split"):
+        load_documents(str(other_seed), f"hub:me/tiny@{'0' * 40}")
+
+
+def test_a_model_folder_of_a_source_named_otherwise_says_its_split_differs(ckpt, tmp_path, caplog):
+    """A folder keeps its source as typed at training: the same corpus written another way
+    cannot be told from another corpus, so a split other than the trained one is said."""
+    from docclass.artifacts.folder import CARD, MODEL_FOLDER_FILES
+    from docclass.artifacts.hashing import write_manifest
+
+    folder = tmp_path / "model"
+    main(["export", "--ckpt", str(ckpt), "--out", str(folder)])
+    config = json.loads((folder / "config.json").read_text())
+    config["data"]["source"] = "/training/machine/bbc"
+    (folder / "config.json").write_text(json.dumps(config))
+    write_manifest(folder, [*MODEL_FOLDER_FILES, CARD])
+    other_seed = tmp_path / "other-seed.yaml"
+    other_seed.write_text((CONFIGS / "tiny.yaml").read_text() + "  split_seed: 7\n")
+    with caplog.at_level("WARNING", logger="docclass"):
+        load_documents(str(other_seed), str(folder))
+    assert "trained on /training/machine/bbc, a split other than the one" in caplog.text
 
 
 def test_a_report_from_another_corpus_config_explains_that_corpus(fitted, tmp_path):

@@ -1051,6 +1051,10 @@ def test_a_reader_that_leaves_early_ends_classify_quietly(ckpt, tmp_path):
     assert json.loads(first)["label"] and "Traceback" not in error, error
 
 
+@pytest.mark.fault(
+    "Ctrl+C during `docclass classify --out`",
+    "one line, exit 130, no traceback; neither the output nor its partial file is left",
+)
 def test_ctrl_c_ends_classify_in_one_line_and_leaves_no_partial_output(ckpt, tmp_path):
     import signal
     import subprocess

@@ -334,6 +334,10 @@ def test_a_page_rendered_again_from_the_file_flags_what_the_first_flagged():
     assert _flags(record) == ["uncertain"]
     kept = file_record(record)
     assert _flags(kept) == ["uncertain"] and kept["probs"]["b"] == 0.4
+    # Nor does a runner-up rounded up overtake the predicted class in the file.
+    close = {"a": 0.33336, "b": 0.333355, "c": 0.333285}
+    kept = file_record({"id": 2, "predicted": "a", "label": None, "probs": close})
+    assert max(kept["probs"], key=kept["probs"].get) == "a" and kept["probs"]["c"] == 0.3333
 
 
 def test_jsonl_round_trip(tmp_path):

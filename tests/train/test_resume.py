@@ -1077,6 +1077,11 @@ def test_a_plugin_of_the_users_keeps_docclass_checkpoint_records(tmp_path):
     assert (tmp_path / "checkpoints" / "last.ckpt.sha256").read_text() == f"{digest}  last.ckpt\n"
 
 
+@pytest.mark.fault(
+    "a fit resumed with other batch settings (`--data.max_tokens`, `batch_size`, "
+    "`max_batch_tokens`, `pad_to_multiple`, `seed`)",
+    "refused in one line naming each setting and the checkpoint's value, before a step",
+)
 @pytest.mark.parametrize("changed", [["--data.max_tokens", "16"], ["--data.batch_size", "4"]])
 def test_a_resumed_fit_with_other_batch_settings_is_refused(tmp_path, capsys, changed):
     """At another max_tokens the run trained and tested on shorter documents while its
