@@ -171,8 +171,13 @@ def file_record(record: dict[str, Any]) -> dict[str, Any]:
             # its flag). No other class rounds up past it: the file's most probable class
             # stays the predicted one.
             top = record["probs"][predicted]
-            kept["probs"] = {name: min(p, top) for name, p in kept["probs"].items()}
-            kept["probs"][predicted] = top
+            kept["probs"] = {
+                # A runner-up rounded up to or past it keeps its value as computed: below the
+                # predicted class's unless the two truly tie (a tie rounded up to it reads
+                # first in label order, and argmax would take it).
+                name: top if name == predicted else p if p < top else record["probs"][name]
+                for name, p in kept["probs"].items()
+            }
     return kept
 
 

@@ -434,10 +434,12 @@ def datamodule_from_config(config: str | Path, overrides: Sequence[str] = ()) ->
     path = Path(config)
     if not path.is_file():
         raise ConfigError(f"{config}: config not found; pass a file from configs/")
+    # On the CPU: the trainer is never run, and a GPU config (the hub configs) read on a
+    # machine without one was refused for a trainer report and calibrate never use.
+    unused_trainer = ["--trainer.logger", "false", "--trainer.accelerator", "cpu"]
+    unused_trainer += ["--trainer.devices", "1", "--trainer.precision", "32"]
     try:
-        cli = training_cli(
-            ["--config", str(path), "--trainer.logger", "false", *overrides], run=False
-        )
+        cli = training_cli(["--config", str(path), *unused_trainer, *overrides], run=False)
     except ArgumentError as error:
         raise ConfigError(f"{config}: {' '.join(str(error).split())}") from error
     return cli.datamodule

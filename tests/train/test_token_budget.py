@@ -60,3 +60,13 @@ def test_a_floor_above_the_cap_is_one_line_not_a_silent_override(tmp_path, capsy
     assert exit_info.value.code == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert "trainer.min_epochs (4) is above trainer.max_epochs (1)" in line
+
+
+def test_a_gpu_config_is_read_for_its_data_on_a_machine_without_one(tmp_path):
+    # report, faithfulness and calibrate read a config for its data; the trainer it names is
+    # never run, so a GPU one (the hub configs) must not stop them on a CPU.
+    config = tmp_path / "gpu.yaml"
+    text = (CONFIGS / "tiny.yaml").read_text()
+    config.write_text(text.replace("accelerator: cpu", "accelerator: gpu\n  precision: bf16-mixed"))
+    assert "accelerator: gpu" in config.read_text()
+    assert datamodule_from_config(config, []).source_spec.source == "bbc"
