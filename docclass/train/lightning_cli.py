@@ -13,7 +13,7 @@ import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import torch.distributed as dist
 from jsonargparse import ArgumentError
@@ -295,13 +295,7 @@ class TrainingCLI(LightningCLI):
         # them); Lightning's distributed sampler would replace that order with its own and
         # shard every rank's share twice. Not a setting: docclass's loaders need it off.
         kwargs["use_distributed_sampler"] = False
-        plugins = trainer_config.get("plugins") or []
-        plugins = list(plugins) if isinstance(plugins, list | tuple) else [plugins]
-        if not any(isinstance(plugin, CheckpointIO) for plugin in plugins):
-            # Beside the user's other plugins (an environment, a precision): any plugin at all
-            # used to switch back to Lightning's own saving, with no hash record written and
-            # the old one left to refuse the run's newest checkpoint.
-            kwargs.setdefault("plugins", [*plugins, AtomicCheckpointIO()])
+        kwargs.setdefault("plugins", _with_checkpoint_saving(trainer_config.get("plugins")))
         if trainer_config.get("logger") in (None, True):
             kwargs["logger"] = [
                 CSVLogger(run_dir, name="logs"),
@@ -338,6 +332,18 @@ class TrainingCLI(LightningCLI):
 
     def after_test(self) -> None:
         """What to do once ``metrics.json`` is written; the command line draws the figures."""
+
+
+def _with_checkpoint_saving(plugins: Any) -> list:
+    """The user's trainer plugins with docclass's checkpoint saving beside them, unless they
+    bring their own CheckpointIO: any plugin at all (an environment, a precision) used to
+    switch back to Lightning's own saving, with no hash record written and the old one left to
+    refuse the run's newest checkpoint."""
+    plugins = plugins or []
+    plugins = list(plugins) if isinstance(plugins, list | tuple) else [plugins]
+    if any(isinstance(plugin, CheckpointIO) for plugin in plugins):
+        return plugins
+    return [*plugins, AtomicCheckpointIO()]
 
 
 def _token_budget(tokens: int | None) -> list[TrainingTokenBudget]:
