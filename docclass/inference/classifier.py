@@ -45,6 +45,8 @@ from docclass.interpret.records import EMPTY_DOCUMENT
 from docclass.nn.model import DocumentClassifier
 
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# The error row of a document whose logits are not finite (weights that diverged).
+NOT_FINITE = "the model's output is not finite (its weights diverged): retrain it"
 
 
 def not_text(text: Any) -> str | None:
@@ -251,7 +253,13 @@ def classify_texts(
     for indices, logits, scores in batches:
         probs = scaled_probabilities(logits, temperature).cpu().numpy()
         token_scores = scores.double().cpu().numpy() if wants_words else None
+        finite = torch.isfinite(logits).all(dim=-1).cpu().tolist()
         for row, i in enumerate(indices):
+            if not finite[row]:
+                # NaN's argmax is the first class: a diverged model labelled every document
+                # with it, score NaN. An error row instead, as for a text it cannot read.
+                results[i] = {"label": None, "score": None, "error": NOT_FINITE}
+                continue
             result = _result(probs[row], classifier.label_names, documents[i], min_probability)
             if wants_words:
                 result["method"] = method

@@ -1090,3 +1090,22 @@ def test_a_broken_pipe_that_is_not_standard_output_is_not_hidden(monkeypatch):
     monkeypatch.setattr(cli, "run_command", broken)
     with pytest.raises(BrokenPipeError):
         main(["classify", "--ckpt", "x.ckpt", "-"])
+
+
+@pytest.mark.fault(
+    "classify/predict/serve with a model whose outputs are not finite (weights that diverged)",
+    "an error row per document naming the cause; never the first class with a NaN score",
+)
+def test_a_model_whose_output_is_not_finite_gives_error_rows_not_its_first_class():
+    """NaN's argmax is the first class: a diverged model labelled every document with it."""
+    from helpers import tiny_classifier
+
+    from docclass.inference.classifier import NOT_FINITE
+
+    trained = tiny_classifier(n_layers=1)
+    with torch.no_grad():
+        for parameter in trained.model.parameters():
+            parameter.fill_(float("nan"))
+    results = docclass.DocClassifier(trained, "cpu").predict(["Shares rose.", "Film wins.", ""])
+    assert [r["label"] for r in results] == [None, None, None]
+    assert [r["error"] for r in results[:2]] == [NOT_FINITE, NOT_FINITE]
