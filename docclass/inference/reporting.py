@@ -27,7 +27,7 @@ from docclass.artifacts.folder import SPLIT_SHA256, read_folder_config
 from docclass.artifacts.load import TrainedClassifier, load_classifier
 from docclass.artifacts.locate import resolve_model
 from docclass.data.sources import SourceSpec, load_source, local_source_path
-from docclass.errors import DataError
+from docclass.errors import CheckpointError, DataError
 from docclass.evaluate.agreement import add_agreement
 from docclass.evaluate.counterfactual import add_counterfactuals, search_limit
 from docclass.evaluate.erasure import (
@@ -525,6 +525,14 @@ def make_report(
         )
         subtitle = f"{subtitle} · {population['selection']}"
     records = explain_documents(classifier, texts, ids, labels, batch_size, classes, device=device)
+    # A record keeps a non-finite logit as None: a diverged model's report was a TypeError
+    # traceback at the first page, its "predictions" NaN's argmax, the first class.
+    diverged = sum(None in (record.get("logits") or {}).values() for record in records)
+    if diverged:
+        raise CheckpointError(
+            f"{documents.description}: the model's output is not finite on {diverged} of "
+            f"{len(records)} documents (its weights diverged); nothing to explain: retrain it"
+        )
     explained = time.perf_counter()
     # Faithfulness's copies without the default method's top words spare the counterfactuals'.
     copies: dict[int, Copies] | None = {} if counterfactuals else None

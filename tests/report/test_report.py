@@ -587,6 +587,20 @@ def test_labels_the_model_has_no_class_for_are_read_as_unlabelled(tmp_path):
     assert '<span id="scored">of the 2 labelled, classified</span>' in html
 
 
+def test_a_report_of_a_model_whose_output_is_not_finite_is_one_line(tmp_path):
+    # It was a TypeError traceback at the first page, every "prediction" the first class.
+    import torch
+
+    from docclass.errors import CheckpointError
+
+    classifier = tiny_classifier(n_layers=1)
+    with torch.no_grad():
+        for parameter in classifier.model.parameters():
+            parameter.fill_(float("nan"))
+    with pytest.raises(CheckpointError, match="numbered documents: the model's output is not"):
+        make_report(classifier, numbered(LABELS[:3]), tmp_path, faithfulness=False)
+
+
 @pytest.mark.fault(
     "a test split far larger than a report should hold (a hub split of 70,000 documents)",
     "the report explains at most --max_documents (1,000): every error, then a stratified "
