@@ -477,6 +477,17 @@ def _known_labels(
     return kept, f"{documents.description} · {said}"
 
 
+def _refuse_diverged(records: list[dict[str, Any]], documents: Documents) -> None:
+    # A record keeps a non-finite logit as None: a diverged model's report was a TypeError
+    # traceback at the first page, its "predictions" NaN's argmax, the first class.
+    diverged = sum(None in (record.get("logits") or {}).values() for record in records)
+    if diverged:
+        raise CheckpointError(
+            f"{documents.description}: the model's output is not finite on {diverged} of "
+            f"{len(records)} documents (its weights diverged); nothing to explain: retrain it"
+        )
+
+
 def make_report(
     classifier: TrainedClassifier,
     documents: Documents,
@@ -525,23 +536,15 @@ def make_report(
         )
         subtitle = f"{subtitle} · {population['selection']}"
     records = explain_documents(classifier, texts, ids, labels, batch_size, classes, device=device)
-    # A record keeps a non-finite logit as None: a diverged model's report was a TypeError
-    # traceback at the first page, its "predictions" NaN's argmax, the first class.
-    diverged = sum(None in (record.get("logits") or {}).values() for record in records)
-    if diverged:
-        raise CheckpointError(
-            f"{documents.description}: the model's output is not finite on {diverged} of "
-            f"{len(records)} documents (its weights diverged); nothing to explain: retrain it"
-        )
+    _refuse_diverged(records, documents)
     explained = time.perf_counter()
     # Faithfulness's copies without the default method's top words spare the counterfactuals'.
     copies: dict[int, Copies] | None = {} if counterfactuals else None
-    summary = None
-    if faithfulness:
-        error_share = _error_share(population)
-        summary = measure_faithfulness(
-            classifier, texts, records, device, faithfulness_documents, error_share, copies
-        )
+    summary = (
+        measure_faithfulness(classifier, texts, records, device, faithfulness_documents,
+                             _error_share(population), copies)
+        if faithfulness else None
+    )  # fmt: skip
     measured = time.perf_counter()
     checks = _record_checks(
         classifier, texts, records, summary, counterfactuals, rationales, device, copies
