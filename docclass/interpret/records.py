@@ -161,23 +161,20 @@ def file_record(record: dict[str, Any]) -> dict[str, Any]:
         # 500 rounded shares would miss in the third decimal.
         kept["contribution_totals"] = contribution_totals(record)
     if record.get("probs"):
-        kept["probs"] = {
-            name: float(f"{p:.{PROBABILITY_DIGITS}g}") for name, p in record["probs"].items()
-        }
-        predicted = record.get("predicted")
-        if predicted in record["probs"]:
-            # The predicted class's, as computed: a page rendered again from the file flags it
+        probs, predicted = record["probs"], record.get("predicted")
+        top = probs.get(predicted)
+
+        def kept_probability(name: str, p: float) -> float:
+            rounded = float(f"{p:.{PROBABILITY_DIGITS}g}")
+            # The predicted class's as computed: a page rendered again from the file flags it
             # uncertain below LOW_CONFIDENCE as the first did (0.5999996 read back as 0.6 lost
-            # its flag). No other class rounds up past it: the file's most probable class
-            # stays the predicted one.
-            top = record["probs"][predicted]
-            kept["probs"] = {
-                # A runner-up rounded up to or past it keeps its value as computed: below the
-                # predicted class's unless the two truly tie (a tie rounded up to it reads
-                # first in label order, and argmax would take it).
-                name: top if name == predicted else p if p < top else record["probs"][name]
-                for name, p in kept["probs"].items()
-            }
+            # its flag). A runner-up that would round up to it or past it keeps its own as
+            # computed too (a tie read first in label order took the argmax).
+            if top is not None and (name == predicted or rounded >= top):
+                return p
+            return rounded
+
+        kept["probs"] = {name: kept_probability(name, p) for name, p in probs.items()}
     return kept
 
 
