@@ -126,6 +126,25 @@ def encode_labels(
     return encoded, label_names
 
 
+def refuse_classes_without_training(
+    splits: dict[str, datasets.Dataset], label_names: list[str], source: str
+) -> None:
+    """Refuse held-out documents of a class no training document has once the splits are
+    final: :func:`encode_labels` checks the labels as read, but cleaning can remove a class's
+    every training document (empty texts, copies of held-out ones). Its held-out documents
+    could never be labelled right, and the model would be scored on a class it never saw."""
+    trained = set(splits["train"]["label"])
+    for split, dataset in splits.items():
+        missing = sorted(set(dataset["label"]) - trained)
+        if split != "train" and missing:
+            names = [label_names[i] for i in missing]
+            raise DataError(
+                f"{source} ({split}): class(es) {names[:5]} have no training document left "
+                "after empty and duplicate documents were dropped (or after splitting); add "
+                "training documents of them, or drop their held-out ones"
+            )
+
+
 def refuse_spellings_of_one_label(
     names: set[str], source: str, fix: str = "spell each class one way in the data"
 ) -> None:

@@ -621,13 +621,9 @@ def load_source(spec: SourceSpec) -> LoadedSource:
 
 
 def _check_class_names_agree(root: Path, spec: SourceSpec) -> None:
-    """Refuse a local dataset folder whose Parquet files, or whose README's declared features,
-    name their label integers differently: ``datasets`` reads every file with one ClassLabel
-    (the README's, else the first file's), so a test file written with ``["b", "a"]`` beside a
-    train file's ``["a", "b"]`` would have every label read as the other class. Only the files
-    of the chosen configuration count (``hub_config``)."""
-    import pyarrow.parquet as pq  # a dependency of datasets
-
+    """Refuse a local dataset folder whose Parquet or Arrow files, or whose README's declared
+    features, name their label integers differently (:func:`refuse_other_class_names`). Only
+    the files of the chosen configuration count (``hub_config``)."""
     if spec.label_column is None:
         return
     root = root.resolve()  # the builder lists its files by absolute path
@@ -641,21 +637,54 @@ def _check_class_names_agree(root: Path, spec: SourceSpec) -> None:
     if isinstance(declared, datasets.ClassLabel):
         named.append(("README.md", declared.names))
     files = {Path(f) for split in (builder.config.data_files or {}).values() for f in split}
-    for file in sorted(f for f in files if f.suffix == ".parquet"):
-        try:
-            info = json.loads((pq.read_schema(file).metadata or {})[b"huggingface"])
-            feature = info["info"]["features"][spec.label_column]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # unreadable here: load_dataset names the problem; no ClassLabel: no names
-        if isinstance(feature, dict) and feature.get("_type") == "ClassLabel":
-            named.append((str(file.relative_to(root)), feature.get("names")))
+    for file in sorted(files):
+        names = file_class_names(file, spec.label_column)
+        if names is not None:
+            named.append((str(file.relative_to(root)), names))
+    refuse_other_class_names(named, str(root))
+
+
+def file_class_names(file: Path, label_column: str) -> list | None:
+    """The ClassLabel names a Parquet or Arrow file's ``datasets`` metadata gives its label
+    column, or None (another format, no such metadata, no ClassLabel, unreadable here: the
+    reader names that problem)."""
+    import pyarrow as pa  # a dependency of datasets
+    import pyarrow.parquet as pq
+
+    try:
+        if file.suffix == ".parquet":
+            metadata = pq.read_schema(file).metadata
+        elif file.suffix == ".arrow":
+            # save_to_disk writes Arrow streams; an Arrow file (random access) is read as one.
+            try:
+                with pa.memory_map(str(file)) as source:
+                    metadata = pa.ipc.open_stream(source).schema.metadata
+            except pa.ArrowInvalid:
+                with pa.memory_map(str(file)) as source:
+                    metadata = pa.ipc.open_file(source).schema.metadata
+        else:
+            return None
+        info = json.loads((metadata or {})[b"huggingface"])
+        feature = info["info"]["features"][label_column]
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+        return None
+    if isinstance(feature, dict) and feature.get("_type") == "ClassLabel":
+        return list(feature.get("names") or [])
+    return None
+
+
+def refuse_other_class_names(named: list[tuple[str, list]], where_read: str) -> None:
+    """Refuse files (``(name, ClassLabel names)``) that number their classes differently:
+    ``datasets`` reads every file of a dataset with one ClassLabel, so a file written with
+    ``["b", "a"]`` beside one with ``["a", "b"]`` would have every label read as the other
+    class."""
     for where, names in named[1:]:
         if names != named[0][1]:
             first_where, first_names = named[0]
             pairs = enumerate(zip(names, first_names, strict=False))
             at = next((i for i, (a, b) in pairs if a != b), min(len(names), len(first_names)))
             raise DataError(
-                f"{root}: {where} names its label classes differently from {first_where} "
+                f"{where_read}: {where} names its label classes differently from {first_where} "
                 f"(class {at}: {_name_at(names, at)} against {_name_at(first_names, at)}; "
                 f"{len(names)} and {len(first_names)} classes); read together, one file's "
                 "labels would become other classes: write every file, and the README's "

@@ -28,7 +28,13 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from docclass.data.batching import length_batches, padded_length
 from docclass.data.cleaning import label_sort_key, whitespace_key
-from docclass.data.sources import FILE_FORMATS, csv_options, looks_like_a_missing_path
+from docclass.data.sources import (
+    FILE_FORMATS,
+    csv_options,
+    file_class_names,
+    looks_like_a_missing_path,
+    refuse_other_class_names,
+)
 from docclass.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -56,6 +62,12 @@ def open_stream(
                 f"data.stream {stream!r}: files must all be one of "
                 f"{sorted(FILE_FORMATS)}, got {sorted({Path(f).suffix for f in files})}"
             )
+        # Every shard decoded through the first one's ClassLabel: shards numbered apart
+        # (class_encode_column on each) would train one shard's documents as other classes.
+        refuse_other_class_names(
+            [(f, n) for f in files if (n := file_class_names(Path(f), label_column)) is not None],
+            f"data.stream {stream!r}",
+        )
         try:
             builder = kinds.pop()
             # The cells as written, as for a source (a label "1.10" must not become 1.1).

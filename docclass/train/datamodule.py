@@ -31,6 +31,7 @@ from docclass.data.cleaning import (
     deduplicate,
     drop_empty,
     encode_labels,
+    refuse_classes_without_training,
     stratified_split,
     text_hash,
     whitespace_key,
@@ -229,8 +230,10 @@ class DocDataModule(pl.LightningDataModule):
             # another folder and must know whether they read the same file).
             self.stats["source_path"] = str(local)
         self.stats["documents_read"] = sum(len(d) for d in splits.values())
-        splits = self._clean(splits)
-        self.splits = self._split(splits)
+        splits = self._split(self._clean(splits))
+        if not self.stream:  # a stream trains; the source's training split is not read
+            refuse_classes_without_training(splits, self.label_names, self.source_spec.source)
+        self.splits = splits
         if artifact:
             self.tokenizer = load_tokenizer(artifact["tokenizer"])
         elif self.encoder:

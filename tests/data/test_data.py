@@ -1,3 +1,4 @@
+import csv
 import json
 import logging
 import os
@@ -632,6 +633,45 @@ def test_a_class_label_without_training_documents_is_refused(tmp_path):
 
 
 @pytest.mark.fault(
+    "a class whose every training document is dropped by cleaning (empty texts, or copies of "
+    "held-out ones)",
+    "one line naming the split and the class; never a class no document trained, scored on test",
+)
+@pytest.mark.parametrize("dropped", ["   ", "a copy of the test document"])
+def test_a_class_left_without_training_documents_by_cleaning_is_refused(tmp_path, dropped):
+    rows = [(f"sport text {i}", "sport") for i in range(10)] + [
+        (f"biz text {i}", "biz") for i in range(10)
+    ]
+    _write_csv(tmp_path / "corpus" / "train.csv", [*rows, (dropped, "tech")])
+    held_out = [
+        ("sport text x", "sport"),
+        ("biz text y", "biz"),
+        ("a copy of the test document", "tech"),
+    ]
+    _write_csv(tmp_path / "corpus" / "test.csv", held_out)
+    message = one_line_error(source=str(tmp_path / "corpus"), val_fraction=0.2)
+    assert message.startswith(f"{tmp_path / 'corpus'} (test): class(es) ['tech'] have no training")
+    # With training documents of the class left, the corpus is read.
+    _write_csv(
+        tmp_path / "corpus" / "train.csv",
+        [*rows, (dropped, "tech"), *[(f"tech {i}", "tech") for i in range(2)]],
+    )
+    data = DocDataModule(
+        source=str(tmp_path / "corpus"), val_fraction=0.2, tokenizer=SMALL_TOKENIZER
+    )
+    data.prepare()
+    assert data.label_names == ["biz", "sport", "tech"]
+
+
+def _write_csv(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["text", "label"])
+        writer.writerows(rows)
+
+
+@pytest.mark.fault(
     "table row with a blank label",
     "one line naming the split, the count and the first id; never a class named None",
 )
@@ -737,6 +777,34 @@ def test_parquet_files_that_name_their_classes_differently_are_refused(tmp_path)
     )
     message = one_line_error(source=str(root), val_fraction=0.2)
     assert "names its label classes differently from README.md" in message
+
+
+@pytest.mark.fault(
+    "a dataset folder of Arrow files (save_to_disk's) that name their ClassLabel classes in "
+    "another order",
+    "one line naming both files and both name lists, as for Parquet; never one file's labels "
+    "read as the other's classes",
+)
+def test_arrow_files_that_name_their_classes_differently_are_refused(tmp_path):
+    root = tmp_path / "arrow"
+    root.mkdir()
+    names = ["sport", "biz"]
+    for split, texts, order in (
+        ("train", topical_rows(20)["text"], names),
+        ("test", ["e f", "g h"], names[::-1]),
+    ):
+        features = datasets.Features(
+            {"text": datasets.Value("string"), "label": datasets.ClassLabel(names=order)}
+        )
+        labels = [i % 2 for i in range(len(texts))]
+        saved = tmp_path / f"saved-{split}"
+        datasets.Dataset.from_dict(
+            {"text": texts, "label": labels}, features=features
+        ).save_to_disk(str(saved))
+        (root / f"{split}.arrow").write_bytes(next(saved.glob("*.arrow")).read_bytes())
+    message = one_line_error(source=str(root), val_fraction=0.2)
+    assert message.startswith(f"{root}: train.arrow names its label classes differently from")
+    assert "(class 0: 'sport' against 'biz'; 2 and 2 classes)" in message
 
 
 def test_a_dataset_folder_named_by_a_relative_path_is_read(tmp_path, monkeypatch):

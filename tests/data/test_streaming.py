@@ -346,6 +346,35 @@ def test_the_streamed_tokenizer_never_reads_held_out_texts(corpus, monkeypatch):
 
 
 @pytest.mark.fault(
+    "streamed Parquet shards whose ClassLabel names their classes in another order",
+    "one line naming both shards and both name lists; never one shard's documents trained "
+    "as other classes",
+)
+def test_streamed_shards_that_name_their_classes_differently_are_refused(tmp_path):
+    for shard, order in ((0, ["sport", "biz"]), (1, ["biz", "sport"])):
+        features = datasets.Features(
+            {"text": datasets.Value("string"), "label": datasets.ClassLabel(names=order)}
+        )
+        rows = {
+            "text": [f"sport {shard}", f"biz {shard}"],
+            "label": [order.index("sport"), order.index("biz")],
+        }
+        datasets.Dataset.from_dict(rows, features=features).to_parquet(
+            str(tmp_path / f"shard-{shard}.parquet")
+        )
+    with pytest.raises(
+        DataError,
+        match=r"shard-1\.parquet names its label classes differently "
+        r"from .*shard-0\.parquet \(class 0: 'biz' against 'sport'",
+    ):
+        open_stream(str(tmp_path / "shard-*.parquet"))
+    # Shards numbered alike are read, each label by its name.
+    (tmp_path / "shard-1.parquet").unlink()
+    rows = [(row["text"], row["label"]) for row in open_stream(str(tmp_path / "shard-*.parquet"))]
+    assert rows == [("sport 0", "sport"), ("biz 0", "biz")]
+
+
+@pytest.mark.fault(
     "streamed hub-style shards whose ClassLabel is -1 (unlabelled)",
     "one line naming the stream and the value; never read as the last class",
 )
