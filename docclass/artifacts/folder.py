@@ -31,6 +31,9 @@ MODEL_FOLDER_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 # config.json's split.sha256: the fingerprint of the split the exported checkpoint trained on,
 # so a report of the folder from a config refuses held-out documents of another split.
 SPLIT_SHA256 = "sha256"
+# config.json's data.source_is_local: the source was a local path, of which the folder keeps
+# the last part alone (the training machine's folders are not shared).
+LOCAL_SOURCE = "source_is_local"
 CARD = "README.md"
 FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}  # safetensors' names
 

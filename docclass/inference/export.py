@@ -18,6 +18,7 @@ import docclass
 from docclass.artifacts.checkpoint import load_checkpoint
 from docclass.artifacts.folder import (
     CARD,
+    LOCAL_SOURCE,
     MODEL_FOLDER_FILES,
     SPLIT_SHA256,
     read_folder_config,
@@ -74,15 +75,20 @@ def run_facts(run_dir: Path | None, fingerprint: str) -> dict[str, Any]:
     if metrics.get("data"):
         # Where the data lay on the training machine stays there: the folder is for sharing.
         facts["data"] = {k: v for k, v in metrics["data"].items() if k != "source_path"}
+        if facts["data"].get("source") is not None:
+            local = facts["data"]["source"] != shareable_name(facts["data"]["source"])
+            facts["data"]["source"] = shareable_name(facts["data"]["source"])
+            if local:
+                facts["data"][LOCAL_SOURCE] = True
     data_settings = (metrics.get("config") or {}).get("data") or {}
     if data_settings:
         facts["split"] = {
-            key: data_settings.get(key)
+            key: shareable_name(data_settings.get(key))
             for key in ("split_seed", "val_fraction", "test_fraction", "val_split", "split_file")
         }
     model_settings = (metrics.get("config") or {}).get("model") or {}
     if model_settings.get("encoder"):
-        facts["started_from"] = model_settings["encoder"]
+        facts["started_from"] = shareable_name(model_settings["encoder"])
     facts["faithfulness"] = faithfulness_tables(run_dir / "report", fingerprint)
     # The rules these tables' scores, and so the default chosen from them, were measured
     # under: a later docclass whose methods score otherwise does not take the choice as its own.
@@ -94,6 +100,19 @@ def run_facts(run_dir: Path | None, fingerprint: str) -> dict[str, Any]:
         # The folder's own weights are the ones measured: the fingerprint is not copied.
         facts["calibration"] = {k: v for k, v in calibration.items() if k != "weights"}
     return facts
+
+
+def shareable_name(value: Any) -> Any:
+    """A local path as its last part alone (``/home/alice/clients/emails.csv`` as
+    ``emails.csv``): a model folder is for sharing, and its card and ``config.json`` would
+    publish the training machine's folders (a user's name, a client's). A corpus or hub name,
+    or any other value, stays as it is."""
+    if not isinstance(value, str) or value in KNOWN_SOURCES or value.startswith("hub:"):
+        return value
+    path = Path(value).expanduser()
+    if path.exists() or path.is_absolute() or value.startswith((".", "~")):
+        return path.name or value
+    return value
 
 
 def _tested_apart(run_dir: Path, fingerprint: str) -> dict[str, Any] | None:

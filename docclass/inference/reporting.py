@@ -23,7 +23,7 @@ import numpy as np
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from docclass.artifacts.checkpoint import load_checkpoint
-from docclass.artifacts.folder import SPLIT_SHA256, read_folder_config
+from docclass.artifacts.folder import LOCAL_SOURCE, SPLIT_SHA256, read_folder_config
 from docclass.artifacts.load import TrainedClassifier, load_classifier
 from docclass.artifacts.locate import resolve_model
 from docclass.data.sources import SourceSpec, load_source, local_source_path
@@ -152,7 +152,7 @@ def check_folder_split(
     folder_config = read_folder_config(folder)
     trained_on = (folder_config.get("split") or {}).get(SPLIT_SHA256)
     trained = (folder_config.get("data") or {}).get("source")
-    same = trained is not None and same_source_name(trained, datamodule.source_spec.source)
+    same = names_the_folders_source(folder_config, datamodule.source_spec.source)
     if same:
         _refuse_another_split(model, trained_on, None, data, datamodule, command)
         return
@@ -167,6 +167,18 @@ def check_folder_split(
         data,
         datamodule.source_spec.source,
         command,
+    )
+
+
+def names_the_folders_source(folder_config: dict, source: str) -> bool:
+    """Whether ``source`` names the corpus a model folder's weights trained on. A local source
+    is recorded by its last part alone (:func:`docclass.inference.export.shareable_name`): a
+    path ending in it is taken as it."""
+    trained = folder_config.get("data") or {}
+    if trained.get("source") is None:
+        return False
+    return same_source_name(trained["source"], source) or (
+        bool(trained.get(LOCAL_SOURCE)) and Path(source).name == str(trained["source"])
     )
 
 

@@ -346,6 +346,21 @@ def test_a_model_folder_of_a_source_named_otherwise_says_its_split_differs(ckpt,
     assert "trained on /training/machine/bbc, a split other than the one" in caplog.text
 
 
+def test_a_local_source_a_folder_names_by_its_last_part_is_held_to_its_split():
+    """An export keeps a local source's last part alone: a path ending in it is the same
+    corpus (held to the folder's split); a name typed alike but not local is not."""
+    from docclass.inference.reporting import names_the_folders_source
+
+    local = {"data": {"source": "emails.csv", "source_is_local": True}}
+    assert names_the_folders_source(local, "/data/emails.csv")
+    assert names_the_folders_source(local, "emails.csv")
+    assert not names_the_folders_source(local, "/data/other.csv")
+    typed = {"data": {"source": "emails.csv"}}
+    assert not names_the_folders_source(typed, "/data/emails.csv")
+    assert names_the_folders_source({"data": {"source": "bbc"}}, "bbc")
+    assert not names_the_folders_source({}, "bbc")
+
+
 def test_a_report_from_another_corpus_config_explains_that_corpus(fitted, tmp_path):
     """The run's split.json is the run's corpus's: another corpus's config splits its own."""
     table = tmp_path / "other.csv"
