@@ -48,6 +48,10 @@ def read_rationales(path: str | Path) -> dict[str, list[tuple[int, int]]]:
                 for evidence in group:
                     docid = str(evidence.get("docid") or annotation["annotation_id"])
                     span = (int(evidence["start_token"]), int(evidence["end_token"]))
+                    if not 0 <= span[0] <= span[1]:
+                        # A negative offset would index from the document's end and mark
+                        # its last words as evidence.
+                        raise ValueError(f"token span {list(span)} is not 0 <= start <= end")
                     spans.setdefault(docid, []).append(span)
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
             raise UserError(

@@ -97,6 +97,13 @@ def _shuffle_keys(
     return keys
 
 
+def median_over_permutations(values: Sequence[torch.Tensor]) -> list[float]:
+    """Each document's median over its permutations (``values``: one ``[B]`` per
+    permutation). np.median: torch's median of an even count is the lower middle value, not
+    the mean of the two, which biased every document's figure low."""
+    return np.median(torch.stack(list(values)).cpu().numpy(), axis=0).tolist()
+
+
 def permuted_pool(
     classifier,
     texts: Sequence[str],
@@ -132,8 +139,8 @@ def permuted_pool(
                 per_document[0].append(0.5 * (permuted - probs).abs().sum(dim=-1))
                 per_document[1].append((probs - permuted).gather(1, predicted[:, None]).squeeze(1))
                 per_document[2].append((permuted.argmax(dim=-1) != predicted).double())
-        distance += torch.stack(per_document[0]).median(dim=0).values.tolist()
-        drop += torch.stack(per_document[1]).median(dim=0).values.tolist()
+        distance += median_over_permutations(per_document[0])
+        drop += median_over_permutations(per_document[1])
         flips += torch.stack(per_document[2]).mean(dim=0).tolist()
     return {
         "documents": len(rows),

@@ -133,6 +133,7 @@ def scoring_pass(
     rule = RELEVANCE_METHODS[relevance_methods[0]] if relevance_methods else "gradient"
     valve = relevance.AttentionValve() if rule == "cp-gamma" else None
     with torch.inference_mode(False), torch.enable_grad(), no_autocast:
+        input_ids, mask = ordinary(input_ids), ordinary(mask)
         inputs = ReadPoints.of(model, input_ids, mask)
         out = model(
             input_ids,
@@ -175,6 +176,13 @@ def scoring_pass(
                 grad_input=grad_input,
                 relevance=scores,
             )
+
+
+def ordinary(tensor: torch.Tensor | None) -> torch.Tensor | None:
+    """``tensor`` as one autograd may save: a tensor made in inference mode (a caller's
+    ``torch.inference_mode()``, Lightning's evaluation loops) cannot be, even once that mode
+    is left, so it is copied (outside inference mode)."""
+    return tensor.clone() if tensor is not None and tensor.is_inference() else tensor
 
 
 def explained_quantity(logits: torch.Tensor, target: torch.Tensor, quantity: str) -> torch.Tensor:
@@ -221,6 +229,8 @@ def word_relevance(
     if quantity not in QUANTITIES:
         raise ValueError(f"quantity must be one of {QUANTITIES}, got {quantity!r}")
     with torch.inference_mode(False), torch.enable_grad():
+        input_ids, mask, positions = ordinary(input_ids), ordinary(mask), ordinary(positions)
+        target, against = ordinary(target), ordinary(against)
         inputs = ReadPoints.of(model, input_ids, mask)
         logits = model(
             input_ids,

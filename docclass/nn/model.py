@@ -100,8 +100,9 @@ class ModelConfig:
         elif not 0 <= self.window_overlap <= self.window_tokens // 2:
             # The encoder's cost grows as window_tokens / (window_tokens - overlap): up to 512
             # times at 511 of 512 (447 times on a 4,000-token document), from a stored config a
-            # served model would load. Half a window already gives every token a reading with
-            # half a window of context on each side. A config stored with more is refused.
+            # served model would load. At half a window every token's reading already has at
+            # least a quarter window of context on each side (what the owning copy, the one
+            # with the most context, gets). A config stored with more is refused.
             problems.append(
                 f"window_overlap must be in [0, window_tokens // 2 = {self.window_tokens // 2}]"
                 f", got {self.window_overlap}"

@@ -69,3 +69,16 @@ def test_rationales_file_errors_are_one_line(tmp_path):
     latin.write_bytes("café".encode("latin-1"))
     with pytest.raises(UserError, match="is not UTF-8 text"):
         read_rationales(latin)
+
+
+@pytest.mark.fault(
+    "an ERASER evidence span with a negative token offset or its end before its start",
+    "one line naming the file and line; never the document's last words marked as evidence",
+)
+@pytest.mark.parametrize("span", [(-1, 0), (-2, 5), (4, 2)])
+def test_a_rationale_span_out_of_order_is_refused(tmp_path, span):
+    path = tmp_path / "rationales.jsonl"
+    evidence = {"docid": "a", "start_token": span[0], "end_token": span[1]}
+    path.write_text(json.dumps({"annotation_id": "a", "evidences": [[evidence]]}) + "\n")
+    with pytest.raises(UserError, match=r"line 1 is not an ERASER annotation \(token span"):
+        read_rationales(path)

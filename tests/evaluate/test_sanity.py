@@ -238,3 +238,10 @@ def test_the_page_says_when_a_method_s_figures_cover_fewer_documents():
     assert rows["gradient × input"]["rho"] == ["0.50 (2 constant)"]
     assert rows["pool attention"]["rho"] == ["0.50 (3 documents)"]
     assert rows["pool attention"]["tau"] == "0.50 ± 0.10"
+
+
+def test_a_documents_median_over_an_even_count_of_permutations_is_the_middle_twos_mean():
+    per_permutation = [torch.tensor([1.0, 4.0]), torch.tensor([3.0, 2.0])]
+    assert trust.median_over_permutations(per_permutation) == [2.0, 3.0]
+    odd = [*per_permutation, torch.tensor([0.0, 9.0])]
+    assert trust.median_over_permutations(odd) == [1.0, 4.0]

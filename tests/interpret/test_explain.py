@@ -402,3 +402,16 @@ def test_a_score_that_is_not_finite_is_written_as_json_null(tmp_path):
     text = (tmp_path / "r.jsonl").read_text()
     strict = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in JSONL"))
     assert strict["scores"]["contribution"] == [0.5, None, None]
+
+
+@pytest.mark.fault(
+    "word scores asked for inside torch.inference_mode() (a caller's, or an evaluation loop's)",
+    "the same records as outside it; never a RuntimeError about inference tensors",
+)
+def test_word_scores_inside_inference_mode_equal_those_outside_it():
+    classifier = tiny_classifier()
+    outside = explain_documents(classifier, DOCUMENTS, classes="contrast")
+    with torch.inference_mode():
+        inside = explain_documents(classifier, DOCUMENTS, classes="contrast")
+    assert inside == outside
+    assert {"conservative", "grad_input", "rollout"} <= set(inside[0]["scores"])
