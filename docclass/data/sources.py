@@ -420,6 +420,8 @@ def _load_with_datasets(spec: SourceSpec) -> datasets.DatasetDict:
 
 # Files datasets' folder rules never read as data (a card's, a save_to_disk folder's records).
 NOT_DATA_FILES = {*datasets.data_files.FILES_TO_IGNORE, "state.json"}
+# Suffixes of data files docclass does not read, which no hub dataset name ends in.
+OTHER_DATA_SUFFIXES = {".txt", ".tsv", ".arrow", ".xml", ".xlsx", ".tar", ".tgz"}
 # Compressed tables datasets reads as they are (train.csv.gz).
 COMPRESSION_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".zip")
 
@@ -442,9 +444,14 @@ def _check_every_data_file_is_read(folder: Path, data_files) -> None:
     on_disk = sorted(
         f for f in folder.rglob("*")
         if _table_suffix(f.name) in FILE_FORMATS and f.name not in NOT_DATA_FILES
-        and not f.name.startswith("_") and f.is_file()
+        and f.is_file()
         and not any(part.startswith(".") for part in f.relative_to(folder).parts)
     )  # fmt: skip
+    underscored = [str(f.relative_to(folder)) for f in on_disk if f.name.startswith("_")]
+    if underscored:
+        # Often an old copy kept aside; datasets' rules read it like any other (_test_v1.csv as
+        # test documents).
+        log.warning("%s: files starting with '_' are read as data too: %s", folder, underscored[:5])
     left_out = [str(f.relative_to(folder)) for f in on_disk if f.resolve() not in read]
     if left_out:
         raise DataError(
@@ -545,7 +552,8 @@ def local_source_path(source: str) -> Path | None:
 
 def looks_like_a_missing_path(source: str) -> bool:
     """True when ``source`` does not exist here yet can only mean a local path: a data-file
-    suffix, a leading ``.``/``/``/``~``, more parts than a hub ``owner/name``, or a first part
+    suffix (compressed or not; a format docclass does not read too: a misspelt ``notes.txt``),
+    a leading ``.``/``/``/``~``, more parts than a hub ``owner/name``, or a first part
     that is a folder here (``data/my_corpus`` beside ``data/``). Such a name is refused, never
     fetched: a misspelt path must not download whatever the hub holds under it."""
     path = Path(source)
@@ -553,7 +561,8 @@ def looks_like_a_missing_path(source: str) -> bool:
         return False
     parts = source.replace("\\", "/").split("/")
     return (
-        path.suffix.lower() in FILE_FORMATS
+        _table_suffix(source) in FILE_FORMATS
+        or _table_suffix(source) in OTHER_DATA_SUFFIXES
         or source.startswith((".", "/", "~"))
         or len(parts) > 2
         or (len(parts) == 2 and Path(parts[0]).is_dir())

@@ -478,11 +478,33 @@ def test_missing_file(tmp_path):
 
 
 @pytest.mark.fault(
+    "a dataset folder holding a file whose name starts with `_` (an old copy kept aside)",
+    "read as the layout names it (datasets reads it), with a warning naming it; one the layout "
+    "leaves out is refused like any other",
+)
+def test_files_starting_with_an_underscore_are_named_when_read_and_refused_when_left_out(
+    tmp_path, caplog
+):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for name, rows in (("train.csv", topical_rows(20)), ("_test_v1.csv", topical_rows(4))):
+        datasets.Dataset.from_dict(rows).to_csv(str(folder / name), index=False)
+    with caplog.at_level("WARNING", logger="docclass"):
+        load_source(SourceSpec(str(folder)))
+    assert "files starting with '_' are read as data too: ['_test_v1.csv']" in caplog.text
+    (folder / "_test_v1.csv").rename(folder / "_notes.csv")
+    with pytest.raises(DataError, match=r"leaves out \['_notes.csv'\]"):
+        load_source(SourceSpec(str(folder)))
+
+
+@pytest.mark.fault(
     "data source or stream spelt like a path that does not exist (`data/my_corpus` beside a "
-    "`data/` folder, `a/b/c`)",
+    "`data/` folder, `a/b/c`, a data file's suffix: `notes.txt`, `train.csv.gz`)",
     "one line naming it; never fetched from the hub",
 )
-@pytest.mark.parametrize("source", ["data/my_corpus", "corpora/news/train"])
+@pytest.mark.parametrize(
+    "source", ["data/my_corpus", "corpora/news/train", "notes.txt", "train.csv.gz", "c.tsv"]
+)
 def test_a_missing_path_is_never_read_as_a_hub_name(tmp_path, monkeypatch, source):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data").mkdir()
@@ -538,7 +560,7 @@ def test_a_dataset_folder_that_leaves_data_files_out_is_refused(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("text,label\n" + "".join(f"{name} {i},a\n" for i in range(6)))
 
-    for name in ("train.csv", "test.csv", "holdout.csv", "_notes.csv", ".hidden/x.csv"):
+    for name in ("train.csv", "test.csv", "holdout.csv", ".hidden/x.csv"):
         write(name)
     message = one_line_error(source=str(tmp_path / "hub"))
     assert "reads 2 of its 3 data files and leaves out ['holdout.csv']" in message
