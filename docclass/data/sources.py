@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import codecs
 import collections
+import glob
 import importlib.util
 import itertools
 import json
@@ -389,7 +390,9 @@ def _load_with_datasets(spec: SourceSpec) -> datasets.DatasetDict:
                     f"use one of {', '.join(FILE_FORMATS)}"
                 )
             options = csv_options(spec.text_column, spec.label_column) if builder == "csv" else {}
-            return datasets.load_dataset(builder, data_files={"train": str(path)}, **options)
+            # datasets reads data_files as patterns: a[2].csv would read a2.csv.
+            files = {"train": glob.escape(str(path))}
+            return datasets.load_dataset(builder, data_files=files, **options)
         if path.is_dir():
             layout = datasets.load_dataset_builder(spec.source, spec.hub_config)
             _check_every_data_file_is_read(path, layout.config.data_files)
@@ -513,6 +516,19 @@ def _standardise(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> dat
     if spec.label_column:
         keep[spec.label_column] = "label"
     has_id = "id" in dataset.column_names and "id" not in keep
+    if has_id and not isinstance(dataset.features["id"], datasets.Value):
+        # A list or an object names no document: the rows are numbered instead.
+        log.warning(
+            "%s (%s): its id column holds %s, not one value per row; documents are numbered "
+            "instead", spec.source, split, type(dataset.features["id"]).__name__,
+        )  # fmt: skip
+        has_id = False
+    if has_id and None in dataset["id"]:
+        row = dataset["id"].index(None)
+        raise DataError(
+            f"{spec.source} ({split}): {dataset['id'].count(None)} row(s) have no id (first: "
+            f"row {row + 1}); give every row an id, or drop the id column to number the rows"
+        )
     dataset = dataset.select_columns([*keep] + (["id"] if has_id else []))
     try:
         # JSON and Parquet readers take string bytes unchecked: a file saved as Windows-1252

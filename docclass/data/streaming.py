@@ -50,31 +50,21 @@ def open_stream(
     """``stream`` as a ``datasets.IterableDataset`` with ``text`` and ``label`` columns.
     A path from a config reaches here with its ``~`` (no shell expanded it): expanded."""
     stream = os.path.expanduser(stream)
-    files = sorted(glob.glob(stream)) if any(c in stream for c in "*?[") else None
-    if files is None and Path(stream).is_file():
-        files = [stream]
+    # A file that exists is that file, even where its name holds glob characters (a[2].jsonl;
+    # datasets reads data_files as patterns, so each is escaped for it).
+    pattern = any(c in stream for c in "*?[")
+    files = [stream] if Path(stream).is_file() else sorted(glob.glob(stream)) if pattern else None
+    escaped = [glob.escape(f) for f in files or []]
     if files is not None:
         if not files:
             raise DataError(f"data.stream {stream!r} matches no files; check the pattern")
-        kinds = {FILE_FORMATS.get(Path(f).suffix.lower()) for f in files}
-        if None in kinds or len(kinds) > 1:
-            raise DataError(
-                f"data.stream {stream!r}: files must all be one of "
-                f"{sorted(FILE_FORMATS)}, got {sorted({Path(f).suffix for f in files})}"
-            )
-        # Every shard decoded through the first one's ClassLabel: shards numbered apart
-        # (class_encode_column on each) would train one shard's documents as other classes.
-        refuse_other_class_names(
-            [(f, n) for f in files if (n := file_class_names(Path(f), label_column)) is not None],
-            f"data.stream {stream!r}",
-        )
+        builder = _stream_files_format(files, label_column, stream)
         try:
-            builder = kinds.pop()
             # The cells as written, as for a source (a label "1.10" must not become 1.1).
             options = csv_options(text_column, label_column) if builder == "csv" else {}
             # datasets reads the first rows here to learn the columns.
             loaded = datasets.load_dataset(
-                builder, data_files=files, split="train", streaming=True, **options
+                builder, data_files=escaped, split="train", streaming=True, **options
             )
         except StopIteration as error:
             raise DataError(f"data.stream {stream!r} holds no documents") from error
@@ -108,6 +98,21 @@ def open_stream(
             functools.partial(_label_name, names=tuple(feature.names), stream=stream)
         )
     return loaded
+
+
+def _stream_files_format(files: list[str], label_column: str, stream: str) -> str:
+    """The datasets builder of a stream's files, which must all be one format and name their
+    classes alike: datasets decodes every shard through the first one's ClassLabel, so shards
+    numbered apart (class_encode_column on each) would train one's documents as other classes."""
+    kinds = {FILE_FORMATS.get(Path(f).suffix.lower()) for f in files}
+    if None in kinds or len(kinds) > 1:
+        raise DataError(
+            f"data.stream {stream!r}: files must all be one of "
+            f"{sorted(FILE_FORMATS)}, got {sorted({Path(f).suffix for f in files})}"
+        )
+    named = [(f, n) for f in files if (n := file_class_names(Path(f), label_column)) is not None]
+    refuse_other_class_names(named, f"data.stream {stream!r}")
+    return kinds.pop()
 
 
 def _label_name(row: dict, names: tuple[str, ...], stream: str) -> dict:

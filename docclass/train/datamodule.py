@@ -87,6 +87,28 @@ def check_settings(**settings) -> None:
         raise DataError(f"data.num_workers must be 0 or more, got {settings['num_workers']}")
 
 
+def read_split_file(path: Path) -> dict[str, Any]:
+    """A split.json's contents, each split's ids as text (a split.json written by hand with
+    numbers names the same rows as one with their strings); anything else refused in a line."""
+    try:
+        wanted = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise DataError(f"{path}: not a readable split.json ({error})") from error
+    if not isinstance(wanted, dict) or not all(
+        isinstance(ids, list)
+        and all(isinstance(i, str | int) and not isinstance(i, bool) for i in ids)
+        for ids in (wanted.get(split, []) for split in SPLITS)
+    ):
+        # A list, or a split that is not a list of ids, was a traceback further down.
+        raise DataError(
+            f"{path}: not a split.json (an object of {', '.join(SPLITS)}, each a list of "
+            "ids); give the split.json a fit wrote"
+        )
+    return {
+        split: [str(i) for i in ids] if split in SPLITS else ids for split, ids in wanted.items()
+    }
+
+
 class DocDataModule(pl.LightningDataModule):
     """Loads a source, cleans it, splits it, trains the tokenizer and serves bucketed batches.
 
@@ -212,9 +234,18 @@ class DocDataModule(pl.LightningDataModule):
 
     # -- preparation ---------------------------------------------------------------------
     def prepare(self) -> None:
-        """Load, clean, de-duplicate, split and get the tokenizer, once; later calls return."""
+        """Load, clean, de-duplicate, split and get the tokenizer, once; later calls return.
+        A preparation that fails leaves none of it behind: the next call starts again rather
+        than returning a module with splits and no tokenizer."""
         if self.splits is not None:
             return
+        try:
+            self._prepare()
+        except BaseException:
+            self.splits = None
+            raise
+
+    def _prepare(self) -> None:
         artifact = read_artifact(self.tokenizer_from) if self.tokenizer_from else None
         loaded = load_source(self.source_spec)
         splits, self.label_names = encode_labels(
@@ -316,19 +347,7 @@ class DocDataModule(pl.LightningDataModule):
 
     def _split_from_file(self, splits: dict[str, datasets.Dataset]) -> dict[str, datasets.Dataset]:
         path = Path(self.split_file)
-        try:
-            wanted = json.loads(path.read_text())
-        except (OSError, ValueError) as error:
-            raise DataError(f"{path}: not a readable split.json ({error})") from error
-        if not isinstance(wanted, dict) or not all(
-            isinstance(ids, list) and all(isinstance(i, str | int) for i in ids)
-            for ids in (wanted.get(split, []) for split in SPLITS)
-        ):
-            # A list, or a split that is not a list of ids, was a traceback further down.
-            raise DataError(
-                f"{path}: not a split.json (an object of {', '.join(SPLITS)}, each a list of "
-                "ids); give the split.json a fit wrote"
-            )
+        wanted = read_split_file(path)
         pool = datasets.concatenate_datasets(list(splits.values()))
         position = {doc_id: i for i, doc_id in enumerate(pool["id"])}
         if len(position) < len(pool):

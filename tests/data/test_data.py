@@ -20,6 +20,7 @@ from docclass.data.sources import SourceSpec, decode_text, load_source, local_so
 from docclass.data.streaming import open_stream
 from docclass.data.tokenizer import TokenizerSpec, encode_batch
 from docclass.errors import DataError
+from docclass.train.datamodule import SPLITS as SPLIT_NAMES
 from docclass.train.datamodule import DocDataModule
 
 SMALL_TOKENIZER = TokenizerSpec(vocab_size=3000)
@@ -918,6 +919,43 @@ def test_a_repeated_id_is_renamed_past_the_ids_the_source_already_has(tmp_path):
 
 
 @pytest.mark.fault(
+    "JSON Lines rows of which some have no `id`",
+    "one line naming the split, the count and the first row; never ids `None`, `None#2`… and "
+    "a split.json its own fit cannot read back",
+)
+def test_rows_without_an_id_are_refused_and_an_id_of_lists_is_replaced(tmp_path, caplog):
+    rows = topical_rows(20)
+    path = tmp_path / "docs.jsonl"
+    lines = [
+        {"text": t, "label": str(y), **({} if i % 3 else {"id": f"d{i}"})}
+        for i, (t, y) in enumerate(zip(rows["text"], rows["label"], strict=True))
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert one_line_error(source=str(path)).startswith(
+        f"{path} (train): 13 row(s) have no id (first: row 2); give every row an id"
+    )
+    # An id of lists names no document: rows are numbered instead, with a warning.
+    lines = [{**line, "id": [i]} for i, line in enumerate(lines)]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with caplog.at_level("WARNING", logger="docclass"):
+        ids = load_source(SourceSpec(str(path))).splits["train"]["id"]
+    assert ids == [str(i + 1) for i in range(20)] and "holds List" in caplog.text
+
+
+def test_a_split_file_naming_ids_as_numbers_names_the_same_documents(tmp_path):
+    rows = topical_rows(40)
+    path, split_file = tmp_path / "docs.csv", tmp_path / "split.json"
+    datasets.Dataset.from_dict(rows).to_csv(str(path), index=False)  # ids are row numbers
+    first = DocDataModule(source=str(path), tokenizer=SMALL_TOKENIZER, val_fraction=0.2)
+    first.write_split(split_file)
+    written = json.loads(split_file.read_text())
+    split_file.write_text(json.dumps({k: [int(i) for i in written[k]] for k in SPLIT_NAMES}))
+    again = DocDataModule(source=str(path), tokenizer=SMALL_TOKENIZER, split_file=str(split_file))
+    again.prepare()
+    assert again.splits["test"]["text"] == first.splits["test"]["text"]
+
+
+@pytest.mark.fault(
     "a split.json reused on data edited since (a row inserted into a CSV whose ids are row "
     "numbers)",
     "one line naming split.json, how many documents changed and the first id; never a split "
@@ -1125,3 +1163,21 @@ def test_a_source_and_a_stream_named_from_the_home_folder_are_found(tmp_path, mo
     assert sum(len(split) for split in loaded.splits.values()) == 20
     rows = list(open_stream("~/d.csv"))
     assert len(rows) == 20 and rows[0]["text"] == "doc 0 words"
+
+
+def test_a_preparation_that_fails_after_splitting_fails_alike_the_next_time(tmp_path):
+    data = DocDataModule(
+        source="bbc", tokenizer=SMALL_TOKENIZER, stream=str(tmp_path / "none" / "*.jsonl")
+    )
+    for _ in range(2):  # the second ask once ended in AttributeError on a missing tokenizer
+        with pytest.raises(DataError, match="matches no files"):
+            _ = data.vocab_size
+
+
+def test_a_source_file_whose_name_holds_glob_characters_is_that_file(tmp_path):
+    for name, word in (("corpus[2].csv", "named"), ("corpus2.csv", "matched")):
+        rows = topical_rows(20)
+        rows["text"] = [f"{word} {text}" for text in rows["text"]]
+        datasets.Dataset.from_dict(rows).to_csv(str(tmp_path / name), index=False)
+    texts = load_source(SourceSpec(str(tmp_path / "corpus[2].csv"))).splits["train"]["text"]
+    assert texts and all(text.startswith("named ") for text in texts)

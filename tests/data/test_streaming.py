@@ -420,3 +420,10 @@ def test_the_token_budget_counts_the_width_batches_are_padded_to(corpus, streame
         widths.add(width)
         assert width % multiple == 0 and rows * width <= budget, (rows, width)
     assert len(widths) > 1  # documents of several widths, cut by the padded one
+
+
+def test_a_stream_file_whose_name_holds_glob_characters_is_that_file(tmp_path):
+    (tmp_path / "corpus[2].jsonl").write_text('{"text": "the named file", "label": "a"}\n')
+    (tmp_path / "corpus2.jsonl").write_text('{"text": "what the pattern matches", "label": "b"}\n')
+    rows = list(open_stream(str(tmp_path / "corpus[2].jsonl")))
+    assert [row["text"] for row in rows] == ["the named file"]
