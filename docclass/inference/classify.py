@@ -11,9 +11,12 @@ What each bad input gets (the run goes on; ``--strict`` makes the exit status 1)
 input                          row
 =============================  =================================================================
 empty / whitespace-only        ``error``: empty document
-not valid UTF-8                classified after decoding with U+FFFD for the bad bytes, with a
-                               ``warning`` — one stray byte (a Latin-1 "£") should not cost the
-                               document, and guessing another encoding can silently be wrong
+not valid UTF-8                classified as Windows-1252 (a Latin-1 "£"), with a ``warning``;
+                               bytes no encoding reads (a table's, a damaged UTF-16 unit)
+                               become U+FFFD, with a ``warning``
+pipe, socket or device         ``error`` inside a folder or matched by a pattern (read when
+                               named on its own)
+damaged Parquet row group      one ``error`` row naming its rows (``c.parquet:11-20``)
 binary (NUL bytes)             ``error``: binary file
 unreadable file                ``error``: the operating system's reason
 missing path / empty glob      ``error``: no such file
@@ -55,7 +58,7 @@ from docclass.data.sources import (
     decode_text,
     printable_name,
 )
-from docclass.errors import ConfigError
+from docclass.errors import ConfigError, one_line
 from docclass.files import spreadsheet_safe
 from docclass.inference.classifier import LONE_SURROGATE, DocClassifier
 from docclass.interpret.records import EMPTY_DOCUMENT
@@ -132,6 +135,7 @@ def _unreadable(path: Path, error: Exception) -> InputDocument:
 # a row past it would be lost; the C reader's own limit is a C long.
 CSV_FIELD_LIMIT = 2**31 - 1
 ROW_BAD_BYTES = "not valid UTF-8; undecodable bytes replaced with U+FFFD"
+NOT_A_FILE = "not a regular file (a pipe, socket or device); name it on its own to read it"
 LONE_SURROGATES = "holds lone surrogate escapes (not text); each replaced with U+FFFD"
 
 
@@ -355,20 +359,37 @@ def _json_row(path: Path, number: int, line: str, text_column: str) -> InputDocu
 def parquet_rows(
     path: Path, text_column: str, row_groups: list[int] | None = None, first_row: int = 1
 ) -> Iterator[InputDocument]:
-    """A Parquet file's rows (or those of ``row_groups``), numbered from ``first_row``."""
+    """A Parquet file's rows (or those of ``row_groups``), numbered from ``first_row``.
+
+    Read one row group at a time: a damaged group becomes one error row naming its rows
+    (``c.parquet:11-20``), and the other groups' rows are read, as the Ray engine's shards
+    (whole row groups) read them. One read of the whole file lost every row after the damage,
+    and the two engines gave other rows."""
     try:
         import pyarrow.parquet as pq
 
         table = pq.ParquetFile(path)
         columns = table.schema_arrow.names
         refuse_repeated_columns(columns, text_column)
-        number = first_row - 1
-        for batch in table.iter_batches(batch_size=1024, row_groups=row_groups):
-            for row in batch.to_pylist():
-                number += 1
-                yield _row_document(path, number, row, text_column, columns)
+        groups = range(table.num_row_groups) if row_groups is None else row_groups
+        sizes = [table.metadata.row_group(group).num_rows for group in groups]
     except Exception as error:
         yield _unreadable(path, error)
+        return
+    number = first_row - 1
+    for group, size in zip(groups, sizes, strict=True):
+        last = number + size
+        try:
+            for batch in table.iter_batches(batch_size=1024, row_groups=[group]):
+                for row in batch.to_pylist():
+                    number += 1
+                    yield _row_document(path, number, row, text_column, columns)
+        except Exception as error:
+            yield InputDocument(
+                f"{path}:{number + 1}-{last}",
+                error=f"cannot read these rows (row group {group}): {one_line(error)}",
+            )
+        number = last
 
 
 def refuse_repeated_columns(columns: list[str], text_column: str) -> None:
@@ -436,7 +457,7 @@ def expand_argument(argument: str) -> Iterator[Path | InputDocument]:
         seen: set[str] = set()
         for match in matches:
             # Each match as the path it is, never as a pattern again ("x*" may be a name).
-            for item in _named_files(Path(match), match):
+            for item in _named_files(Path(match), match, matched=True):
                 # As spelled: two links to one file stay two; a file, or an error row (a link
                 # to nothing), met in a folder and again as a match of its own is one.
                 key = str(item.id if isinstance(item, InputDocument) else item)
@@ -532,8 +553,12 @@ def _names(folder: str) -> list[str]:
         return []
 
 
-def _named_files(path: Path, argument: str) -> Iterator[Path | InputDocument]:
-    """The files one path names: a folder's (:func:`_files_under`), the file, or an error."""
+def _named_files(
+    path: Path, argument: str, matched: bool = False
+) -> Iterator[Path | InputDocument]:
+    """The files one path names: a folder's (:func:`_files_under`), the file, or an error.
+    A pipe (or socket, device) is read when named on its own, an error row when ``matched``
+    by a pattern, as inside a folder."""
     try:
         if path.is_dir():
             yield from _files_under(path)
@@ -541,6 +566,9 @@ def _named_files(path: Path, argument: str) -> Iterator[Path | InputDocument]:
         if not path.exists():
             missing = "a link to nothing" if path.is_symlink() else "no such file or folder"
             yield InputDocument(argument, error=missing)
+            return
+        if matched and not path.is_file():
+            yield InputDocument(argument, error=NOT_A_FILE)
             return
     except OSError as error:  # inside a folder that may be listed but not looked into
         yield InputDocument(argument, error=f"cannot read: {error.strerror or error}")
@@ -564,6 +592,10 @@ def _files_under(folder: Path) -> list[Path | InputDocument]:
                     found.append(child)
                 elif child.is_symlink() and not child.exists():
                     found.append(InputDocument(str(child), error="a link to nothing"))
+                elif not child.is_dir():
+                    # A pipe found in a folder would block the run on a reader's stdin;
+                    # named on its own (a shell's <(…)) it is read.
+                    found.append(InputDocument(str(child), error=NOT_A_FILE))
             except OSError:  # a folder readable but not searchable: the read says why
                 found.append(child)
     found += [InputDocument(str(e.filename), error=f"cannot list: {e.strerror}") for e in unlisted]
@@ -641,6 +673,12 @@ def _expand(argument: str, text_column: str, stdin: IO[str]) -> Iterator[InputDo
             yield from read_file_documents(item, text_column)
 
 
+# A code unit the stream's UTF-16/32 cannot decode becomes a lone surrogate, which
+# _stdin_lines replaces with U+FFFD and names in the row's warning ("replace" did it silently).
+FLAG_BAD_UNITS = "docclass-flag-bad-units"
+codecs.register_error(FLAG_BAD_UNITS, lambda error: ("\ud800", error.end))
+
+
 def _stdin_documents(stdin: IO[str]) -> Iterator[InputDocument]:
     """One document per line, decoded as a file's bytes are, whatever the locale (decoded by
     the locale, bad bytes reached the tokenizer as surrogates and ended the run): a UTF-16/32
@@ -653,7 +691,7 @@ def _stdin_documents(stdin: IO[str]) -> Iterator[InputDocument]:
         if codec:
             # Lines end at "\n" as in the bytes read below; detached after, so that closing
             # the wrapper does not close standard input under the next "-".
-            wrapper = io.TextIOWrapper(binary, encoding=codec, errors="replace", newline="\n")
+            wrapper = io.TextIOWrapper(binary, encoding=codec, errors=FLAG_BAD_UNITS, newline="\n")
             try:
                 yield from _stdin_lines(wrapper)
             finally:

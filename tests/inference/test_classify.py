@@ -24,6 +24,7 @@ from docclass.errors import CheckpointError, ConfigError
 from docclass.inference.classifier import WordScoreMethod
 from docclass.inference.classify import (
     NOT_UTF8,
+    ROW_BAD_BYTES,
     check_out_is_not_an_input,
     decode_document,
     pattern_matches,
@@ -874,6 +875,11 @@ def test_undecodable_standard_input_and_lone_surrogates_get_a_warning_not_a_cras
     read = [(d.text, d.warning) for d in read_inputs(["-"], stdin=piped)]
     assert read == [("Café prices", NOT_UTF8), ("ok", None)]
     assert [d.text for d in read_inputs(["-"], stdin=io.StringIO("\ufeffa\nb\n"))] == ["a", "b"]
+    # A UTF-16 code unit that decodes to nothing (a lone high surrogate) is replaced, and said.
+    raw = "\ufeffhello\n".encode("utf-16-le") + b"\x00\xd8" + "after\n".encode("utf-16-le")
+    stream = io.TextIOWrapper(io.BufferedReader(io.BytesIO(raw)))
+    read = [(d.text, d.warning) for d in read_inputs(["-"], stdin=stream)]
+    assert read == [("hello", None), ("\ufffdafter", ROW_BAD_BYTES)]
 
 
 def test_an_output_named_for_another_format_is_refused_before_reading(tmp_path):
@@ -1109,3 +1115,57 @@ def test_a_model_whose_output_is_not_finite_gives_error_rows_not_its_first_class
     results = docclass.DocClassifier(trained, "cpu").predict(["Shares rose.", "Film wins.", ""])
     assert [r["label"] for r in results] == [None, None, None]
     assert [r["error"] for r in results[:2]] == [NOT_FINITE, NOT_FINITE]
+
+
+@pytest.mark.fault(
+    "a Parquet file one of whose row groups is damaged (its footer intact)",
+    "one error row naming that group's rows; every other row classified, and the same rows "
+    "from the Ray engine's shards",
+)
+def test_a_damaged_parquet_row_group_costs_its_rows_alone(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from docclass.inference.classify import parquet_rows
+    from docclass.inference.ray_classify import _parquet_shards
+
+    path = tmp_path / "c.parquet"
+    texts = [f"text number {i} " * 5 for i in range(30)]
+    pq.write_table(pa.table({"id": [f"r{i}" for i in range(30)], "text": texts}), path,
+                   row_group_size=10, compression="snappy")  # fmt: skip
+    column = pq.ParquetFile(path).metadata.row_group(1).column(1)
+    damaged = bytearray(path.read_bytes())
+    middle = column.data_page_offset + column.total_compressed_size // 2
+    damaged[middle : middle + 20] = bytes(b ^ 0xFF for b in damaged[middle : middle + 20])
+    path.write_bytes(bytes(damaged))
+    rows = [(row.id, row.error is None) for row in parquet_rows(path, "text")]
+    assert rows == [
+        *[(f"r{i}", True) for i in range(10)],
+        (f"{path}:11-20", False),
+        *[(f"r{i}", True) for i in range(20, 30)],
+    ]
+    shards = _parquet_shards(path, 10, "text")
+    sharded = [
+        (row.id, row.error is None)
+        for shard in shards
+        for row in parquet_rows(path, "text", shard["row_groups"], shard["first_row"])
+    ]
+    assert sharded == rows
+
+
+@pytest.mark.fault(
+    "classify: a pipe (or socket, device) inside an input folder or matched by a pattern",
+    "an error row naming it; never left out in silence, never a run blocked reading it",
+)
+def test_a_pipe_inside_an_input_folder_gets_an_error_row(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Shares rose.")
+    os.mkfifo(docs / "b.txt")
+    for inputs in ([str(docs)], [str(docs / "*")]):
+        rows = [(r.id, r.error) for r in read_inputs(inputs)]
+        assert rows == [
+            (str(docs / "a.txt"), None),
+            (str(docs / "b.txt"), "not a regular file (a pipe, socket or device); name it on its "
+             "own to read it"),
+        ]  # fmt: skip
