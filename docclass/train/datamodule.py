@@ -59,6 +59,7 @@ SPLITS = ("train", "val", "test")
 SPLIT_KEY = "split_sha256"
 # Where a checkpoint keeps the data settings its batches were made with.
 BATCHING_KEY = "batching"
+STREAM_BATCHING = ("stream", "num_workers", "bucket_documents", "shuffle_buffer", "steps_per_epoch")
 
 
 def check_settings(**settings) -> None:
@@ -85,6 +86,18 @@ def check_settings(**settings) -> None:
             raise DataError(f"data.{name} must be positive, got {settings[name]}")
     if settings["num_workers"] < 0:
         raise DataError(f"data.num_workers must be 0 or more, got {settings['num_workers']}")
+    for name in ("bucket_documents", "shuffle_buffer", "tokenizer_documents"):
+        # 0 read the whole stream into one buffer (memory), or trained no tokenizer sample.
+        if settings[name] < 1:
+            raise DataError(f"data.{name} must be positive, got {settings[name]}")
+    if settings["max_docs_per_class"] is not None and settings["max_docs_per_class"] < 1:
+        # 0 meant no cap, in silence.
+        raise DataError(
+            f"data.max_docs_per_class must be positive or null (no cap), got "
+            f"{settings['max_docs_per_class']}"
+        )
+    if settings["split_seed"] < 0:
+        raise DataError(f"data.split_seed must be 0 or more, got {settings['split_seed']}")
 
 
 def read_split_file(path: Path) -> dict[str, Any]:
@@ -186,6 +199,9 @@ class DocDataModule(pl.LightningDataModule):
             val_fraction=val_fraction, test_fraction=test_fraction, max_tokens=max_tokens,
             predict_split=predict_split, pad_to_multiple=pad_to_multiple, batch_size=batch_size,
             eval_batch_size=eval_batch_size, num_workers=num_workers,
+            bucket_documents=bucket_documents, shuffle_buffer=shuffle_buffer,
+            tokenizer_documents=tokenizer_documents, max_docs_per_class=max_docs_per_class,
+            split_seed=split_seed,
         )  # fmt: skip
         self.stream, self.max_batch_tokens = stream, max_batch_tokens
         self.steps_per_epoch = steps_per_epoch
@@ -606,13 +622,18 @@ class DocDataModule(pl.LightningDataModule):
         return {**position, SPLIT_KEY: self.split_fingerprint(), BATCHING_KEY: self._batching()}
 
     def _batching(self) -> dict[str, Any]:
-        """The settings that make a fit's batches: a resumed fit must keep them."""
+        """The settings that make a fit's batches: a resumed fit must keep them. A stream's
+        batches also depend on how it is read (its files, how many workers split it, the
+        buffers, the epoch's length): changed mid-epoch, some documents were trained twice
+        and others not at all."""
+        streamed = {name: getattr(self, name) for name in STREAM_BATCHING} if self.stream else {}
         return {
             "max_tokens": self.max_tokens,
             "batch_size": self.batch_size,
             "max_batch_tokens": self.max_batch_tokens,
             "pad_to_multiple": self.pad_to_multiple,
             "seed": self.seed,
+            **streamed,
         }
 
     def split_fingerprint(self) -> str:

@@ -1181,3 +1181,19 @@ def test_a_source_file_whose_name_holds_glob_characters_is_that_file(tmp_path):
         datasets.Dataset.from_dict(rows).to_csv(str(tmp_path / name), index=False)
     texts = load_source(SourceSpec(str(tmp_path / "corpus[2].csv"))).splits["train"]["text"]
     assert texts and all(text.startswith("named ") for text in texts)
+
+
+@pytest.mark.fault(
+    "`data.bucket_documents`, `shuffle_buffer` or `tokenizer_documents` 0, "
+    "`max_docs_per_class` 0, a negative `split_seed`",
+    "one line naming the setting, before any data is read; never a whole stream in one buffer, "
+    "or no cap in silence",
+)
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("bucket_documents", 0), ("shuffle_buffer", 0), ("tokenizer_documents", 0),
+     ("max_docs_per_class", 0), ("split_seed", -1)],
+)  # fmt: skip
+def test_impossible_data_sizes_are_refused_before_reading(setting, value):
+    with pytest.raises(DataError, match=f"data.{setting} must be .*, got {value}"):
+        DocDataModule(source="nowhere.csv", **{setting: value})

@@ -427,3 +427,29 @@ def test_a_stream_file_whose_name_holds_glob_characters_is_that_file(tmp_path):
     (tmp_path / "corpus2.jsonl").write_text('{"text": "what the pattern matches", "label": "b"}\n')
     rows = list(open_stream(str(tmp_path / "corpus[2].jsonl")))
     assert [row["text"] for row in rows] == ["the named file"]
+
+
+@pytest.mark.fault(
+    "a streamed fit resumed with another `data.num_workers`, `bucket_documents`, "
+    "`shuffle_buffer`, `steps_per_epoch` or stream",
+    "refused in one line naming the setting and the checkpoint's value; never some documents "
+    "trained twice in the epoch and others not at all",
+)
+@pytest.mark.parametrize("changed", [{"num_workers": 2}, {"shuffle_buffer": 50}])
+def test_a_streamed_fit_resumed_with_other_stream_settings_is_refused(corpus, changed):
+    from types import SimpleNamespace
+
+    from docclass.train.datamodule import BATCHING_KEY
+
+    root, _ = corpus
+    settings = {"source": str(root / "held_out.jsonl"), "stream": str(root / "train-*.jsonl"),
+                "steps_per_epoch": 10, "max_docs_per_class": None}  # fmt: skip
+    first = DocDataModule(**settings)
+    recorded = {"epoch": 0, "batches_done": 3, BATCHING_KEY: first._batching()}
+    assert recorded[BATCHING_KEY]["num_workers"] == 0
+    resumed = DocDataModule(**settings, **changed)
+    resumed.trainer = SimpleNamespace(state=SimpleNamespace(fn="fit"), ckpt_path="last.ckpt")
+    name = next(iter(changed))
+    with pytest.raises(DataError, match=f"changed: data.{name} .*the checkpoint's"):
+        resumed.load_state_dict(recorded)
+    DocDataModule(**settings).load_state_dict(recorded)  # the same settings: resumed
