@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import unicodedata
 
 import datasets
 
@@ -148,17 +149,27 @@ def refuse_classes_without_training(
 def refuse_spellings_of_one_label(
     names: set[str], source: str, fix: str = "spell each class one way in the data"
 ) -> None:
-    """Labels that differ only in case or surrounding spaces (``"sport"``, ``" sport"``,
-    ``"Sport"``) are one class spelt twice; trained apart, each would get half its documents."""
+    """Labels that differ only in case, surrounding spaces, Unicode form or invisible
+    characters (``"sport"``, ``" sport"``, ``"Sport"``, NFC and NFD ``"café"``) are one class
+    spelt twice; trained apart, each would get half its documents."""
     spellings: dict[str, list[str]] = {}
     for name in sorted(names):
-        spellings.setdefault(name.strip().casefold(), []).append(name)
+        spellings.setdefault(_label_key(name), []).append(name)
     twice = [found for found in spellings.values() if len(found) > 1]
     if twice:
         raise DataError(
-            f"{source}: label(s) {twice[0]} differ only in case or spaces"
+            f"{source}: label(s) {twice[0]} differ only in case, spaces or Unicode form"
             f"{f' (and {len(twice) - 1} more such group(s))' if len(twice) > 1 else ''}; {fix}"
         )
+
+
+def _label_key(name: str) -> str:
+    """A label as a reader sees it: Unicode forms alike (NFC and NFD "café"), invisible
+    format characters (a zero-width space) dropped, case and surrounding spaces ignored."""
+    visible = "".join(
+        c for c in unicodedata.normalize("NFKC", name) if unicodedata.category(c) != "Cf"
+    )
+    return visible.strip().casefold()
 
 
 def stratified_split(

@@ -30,7 +30,7 @@ from pathlib import Path
 import datasets
 import pyarrow
 
-from docclass.data.cleaning import refuse_spellings_of_one_label
+from docclass.data.cleaning import label_sort_key, refuse_spellings_of_one_label
 from docclass.errors import DataError, one_line
 
 log = logging.getLogger(__name__)
@@ -320,7 +320,8 @@ def read_class_folders(root: Path, legacy_level: int = logging.WARNING) -> Loade
     dataset = datasets.Dataset.from_dict({"id": ids, "text": texts, "label": labels})
     return LoadedSource(
         {"train": dataset},
-        [printable_name(d.name) for d in class_dirs],
+        # Integer names as numbers (2/ before 10/), as a table's labels are ordered.
+        sorted((printable_name(d.name) for d in class_dirs), key=label_sort_key),
         {"non_utf8_files": legacy, "binary_files_skipped": len(binary)},
     )
 

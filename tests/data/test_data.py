@@ -623,21 +623,26 @@ def test_a_column_that_does_not_hold_one_value_is_refused(tmp_path):
 
 
 @pytest.mark.fault(
-    "labels spelt two ways (`sport`, ` sport`, `Sport`), in a table or as class folders",
+    "labels spelt two ways (`sport`, ` sport`, `Sport`; NFC and NFD `café`, a zero-width space), "
+    "in a table or as class folders",
     "one line naming the spellings; never two classes of one",
 )
 def test_labels_spelt_two_ways_are_refused(tmp_path):
     message = one_line_error(
         source=labelled_csv(tmp_path, ["sport", " sport", "Sport", "tech"] * 5)
     )
-    assert "label(s) [' sport', 'Sport', 'sport'] differ only in case or spaces" in message
+    assert "label(s) [' sport', 'Sport', 'sport'] differ only in case, spaces or" in message
+    # The same word in two Unicode forms, or with an invisible character, is one label too.
+    for spelt in ("cafe\u0301", "caf\u00e9\u200b"):
+        message = one_line_error(source=labelled_csv(tmp_path, ["caf\u00e9", spelt, "tech"] * 5))
+        assert "differ only in case, spaces or Unicode form" in message
     folders = tmp_path / "folders"
     for name in ("sport", "Sport", "tech"):
         for i in range(5):
             (folders / name).mkdir(parents=True, exist_ok=True)
             (folders / name / f"{i}.txt").write_text(f"{name} story number {i}")
     message = one_line_error(source=str(folders))
-    assert "label(s) ['Sport', 'sport'] differ only in case or spaces" in message
+    assert "label(s) ['Sport', 'sport'] differ only in case, spaces or Unicode form" in message
     assert "merge those class folders" in message
 
 
@@ -1197,3 +1202,11 @@ def test_a_source_file_whose_name_holds_glob_characters_is_that_file(tmp_path):
 def test_impossible_data_sizes_are_refused_before_reading(setting, value):
     with pytest.raises(DataError, match=f"data.{setting} must be .*, got {value}"):
         DocDataModule(source="nowhere.csv", **{setting: value})
+
+
+def test_class_folders_named_by_integers_are_ordered_as_numbers(tmp_path):
+    for name in ("1", "2", "10"):
+        (tmp_path / name).mkdir()
+        for i in range(2):
+            (tmp_path / name / f"{i}.txt").write_text(f"document {i} of class {name}")
+    assert load_source(SourceSpec(str(tmp_path))).label_names == ["1", "2", "10"]
