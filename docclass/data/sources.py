@@ -417,6 +417,13 @@ def _load_with_datasets(spec: SourceSpec) -> datasets.DatasetDict:
         ) from error
     except Exception as error:  # parsers raise many types; name the file and the root cause
         cause = root_cause(error)
+        if "column names don't match" in str(cause):
+            # datasets' message puts the reason on its last line, past two schemas.
+            raise DataError(
+                f"{spec.source}: its files do not all have the same columns (a test file "
+                "without labels, or with an extra column); give every split's file the same "
+                "columns, or read the unlabelled file on its own (docclass report or classify)"
+            ) from error
         not_utf8 = isinstance(cause, UnicodeDecodeError) or "utf8" in str(cause).lower()
         hint = "; save it as UTF-8" if not_utf8 else ""
         raise DataError(f"{spec.source}: could not be read: {one_line(cause)}{hint}") from error

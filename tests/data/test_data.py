@@ -1210,3 +1210,21 @@ def test_class_folders_named_by_integers_are_ordered_as_numbers(tmp_path):
         for i in range(2):
             (tmp_path / name / f"{i}.txt").write_text(f"document {i} of class {name}")
     assert load_source(SourceSpec(str(tmp_path))).label_names == ["1", "2", "10"]
+
+
+@pytest.mark.fault(
+    "a dataset folder whose test.csv has no label column, or an extra one (Kaggle's layout)",
+    "one line saying the files' columns differ and what to do; never datasets' bare CastError",
+)
+@pytest.mark.parametrize(
+    ("test_columns", "said"),
+    [(["text"], "(test): 2 document(s) have no label"),
+     (["id", "text", "label"], ": its files do not all have the same columns")],
+)  # fmt: skip
+def test_split_files_with_other_columns_are_named_as_such(tmp_path, test_columns, said):
+    rows = topical_rows(20)
+    datasets.Dataset.from_dict(rows).to_csv(str(tmp_path / "train.csv"), index=False)
+    test = {"id": ["a", "b"], "text": ["e f", "g h"], "label": [0, 1]}
+    test = {column: test[column] for column in test_columns}
+    datasets.Dataset.from_dict(test).to_csv(str(tmp_path / "test.csv"), index=False)
+    assert one_line_error(source=str(tmp_path)).startswith(f"{tmp_path}{said}")
