@@ -1218,7 +1218,7 @@ def test_class_folders_named_by_integers_are_ordered_as_numbers(tmp_path):
 )
 @pytest.mark.parametrize(
     ("test_columns", "said"),
-    [(["text"], "(test): 2 document(s) have no label"),
+    [(["text"], " (test): 2 document(s) have no label"),
      (["id", "text", "label"], ": its files do not all have the same columns")],
 )  # fmt: skip
 def test_split_files_with_other_columns_are_named_as_such(tmp_path, test_columns, said):
