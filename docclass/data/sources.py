@@ -293,15 +293,12 @@ def read_class_folders(root: Path, legacy_level: int = logging.WARNING) -> Loade
             texts.append(text)
             labels.append(printable_name(class_dir.name))
     if binary:
-        log.warning(
-            "%d .txt file(s) in %s are binary, not text, and were skipped (first: %s)",
-            len(binary),
-            root,
-            binary[0],
-        )
+        log.warning("%d .txt file(s) in %s are binary, not text, and were skipped (first: %s)",
+                    len(binary), root, binary[0])  # fmt: skip
         # A folder of binary files only is no class, as one of no text files is not.
         kept = set(labels)
-        emptied = [d.name for d in class_dirs if d.name not in kept]
+        # Labels are printable names (a folder name that is not UTF-8 spelt out).
+        emptied = [d.name for d in class_dirs if printable_name(d.name) not in kept]
         if emptied:
             log.warning("%s: not classes (every .txt file binary): %s", root, emptied)
             class_dirs = [d for d in class_dirs if d.name not in emptied]
@@ -324,6 +321,46 @@ def read_class_folders(root: Path, legacy_level: int = logging.WARNING) -> Loade
         sorted((printable_name(d.name) for d in class_dirs), key=label_sort_key),
         {"non_utf8_files": legacy, "binary_files_skipped": len(binary)},
     )
+
+
+def _split_folders(path: Path, spec: SourceSpec) -> dict[str, Path] | None:
+    """The split folders of a folder laid out as aclImdb is (``train/<class>/*.txt``,
+    ``test/<class>/*.txt``), by role; None for another layout. Checked before class folders:
+    read as those, ``train/`` and ``test/`` would be two classes (of aclImdb's ``urls_*.txt``)."""
+    train = path / spec.train_split
+    if not (train.is_dir() and _is_class_folder_tree(train)):
+        return None
+    roles = {"train": train}
+    for role, name in (("val", spec.val_split), ("test", spec.test_split)):
+        if name and (path / name).is_dir():
+            roles[role] = path / name
+        elif name and (role == "val" or name != DEFAULT_TEST_SPLIT):
+            raise DataError(f"{path}: has no split folder {name!r} beside {train.name}/")
+    return roles
+
+
+def read_split_class_folders(root: Path, roles: dict[str, Path]) -> LoadedSource:
+    """Each split folder's class folders (:func:`read_class_folders`), ids prefixed with the
+    split folder's name; the class order is the training folder's."""
+    splits, stats, classes = {}, collections.Counter(), {}
+    for role, folder in roles.items():
+        loaded = read_class_folders(folder)
+        dataset = loaded.splits["train"]
+        ids = [f"{folder.name}/{doc_id}" for doc_id in dataset["id"]]
+        splits[role] = dataset.remove_columns("id").add_column("id", ids)
+        stats.update(loaded.stats)
+        classes[role] = loaded.label_names or []
+    for role in ("val", "test"):
+        # aclImdb's train/unsup/ holds unlabelled reviews: as a class, it would be trained
+        # as one. A class no held-out folder has is named (one it alone has is refused later).
+        alone = [name for name in classes["train"] if role in classes and name not in classes[role]]
+        if alone:
+            log.warning(
+                "%s: class folder(s) %s of %s/ have no %s/ counterpart: each is trained as a "
+                "class (move unlabelled documents out)", root, alone, roles["train"].name,
+                roles[role].name,
+            )  # fmt: skip
+    return LoadedSource(splits, classes["train"], dict(stats))
 
 
 def _warn_of_entries_not_read(root: Path, folders: list[Path], class_dirs: list[Path]) -> None:
@@ -599,6 +636,9 @@ def load_source(spec: SourceSpec) -> LoadedSource:
         # One packaged article is Windows-1252 (a pound sign); nobody can re-save it.
         return read_class_folders(bbc_data_dir(), legacy_level=logging.INFO)
     path = Path(spec.source)
+    roles = _split_folders(path, spec) if path.is_dir() else None
+    if roles:
+        return read_split_class_folders(path, roles)
     if path.is_dir() and _is_class_folder_tree(path):
         _refuse_data_files_beside_class_folders(path)
         return read_class_folders(path)

@@ -1228,3 +1228,33 @@ def test_split_files_with_other_columns_are_named_as_such(tmp_path, test_columns
     test = {column: test[column] for column in test_columns}
     datasets.Dataset.from_dict(test).to_csv(str(tmp_path / "test.csv"), index=False)
     assert one_line_error(source=str(tmp_path)).startswith(f"{tmp_path}{said}")
+
+
+@pytest.mark.fault(
+    "a folder laid out as aclImdb is: `train/<class>/*.txt` and `test/<class>/*.txt` (with "
+    "`.txt` files beside the classes, and a `train/unsup/` of unlabelled documents)",
+    "each split folder's class folders read as that split, ids prefixed with its name, a class "
+    "with no test counterpart named in a warning; never `train` and `test` read as two classes, "
+    "nor each line of a file as a document",
+)
+def test_split_folders_of_class_folders_are_read_as_their_splits(tmp_path, caplog):
+    root = tmp_path / "aclImdb"
+    for split, classes in (("train", ("neg", "pos", "unsup")), ("test", ("neg", "pos"))):
+        for name in classes:
+            (root / split / name).mkdir(parents=True)
+            for i in range(3):
+                (root / split / name / f"{i}_7.txt").write_text(f"{name} {split} {i}\nline two")
+        (root / split / "urls_pos.txt").write_text("http://a\nhttp://b\n")
+    (root / "imdbEr.txt").write_text("0.1\n")
+    with caplog.at_level("WARNING", logger="docclass"):
+        loaded = load_source(SourceSpec(str(root)))
+    assert loaded.label_names == ["neg", "pos", "unsup"]
+    assert {role: len(split) for role, split in loaded.splits.items()} == {"train": 9, "test": 6}
+    test = loaded.splits["test"]
+    assert test["id"][0] == "test/neg/0_7.txt" and test["text"][0] == "neg test 0\nline two"
+    assert test["label"] == ["neg"] * 3 + ["pos"] * 3
+    assert "['unsup'] of train/ have no test/ counterpart" in caplog.text
+    shutil.rmtree(root / "train" / "unsup")
+    data = DocDataModule(source=str(root), tokenizer=SMALL_TOKENIZER, val_fraction=0.34)
+    data.prepare()
+    assert sorted(data.splits["test"]["id"]) == sorted(test["id"])
