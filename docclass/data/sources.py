@@ -491,7 +491,7 @@ def _check_every_data_file_is_read(folder: Path, data_files) -> None:
     read = {Path(f).resolve() for files in (data_files or {}).values() for f in files}
     on_disk = sorted(
         f for f in folder.rglob("*")
-        if _table_suffix(f.name) in FILE_FORMATS and f.name not in NOT_DATA_FILES
+        if _table_suffix(f.name) in {*FILE_FORMATS, ".tsv"} and f.name not in NOT_DATA_FILES
         and f.is_file()
         and not any(part.startswith(".") for part in f.relative_to(folder).parts)
     )  # fmt: skip

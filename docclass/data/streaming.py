@@ -91,6 +91,7 @@ def open_stream(
     if label_column != "label":
         loaded = loaded.rename_column(label_column, "label")
     loaded = loaded.select_columns(["text", "label"])
+    _refuse_text_that_is_not_text(loaded, stream, text_column)
     feature = (loaded.features or {}).get("label")
     if isinstance(feature, datasets.ClassLabel):
         # The stream's own numbering means nothing to the held-out data: give every label its name.
@@ -113,6 +114,17 @@ def _stream_files_format(files: list[str], label_column: str, stream: str) -> st
     named = [(f, n) for f in files if (n := file_class_names(Path(f), label_column)) is not None]
     refuse_other_class_names(named, f"data.stream {stream!r}")
     return kinds.pop()
+
+
+def _refuse_text_that_is_not_text(loaded, stream: str, text_column: str) -> None:
+    """A text column of numbers (a wrong data.text_column) ended in a bare AttributeError
+    inside a DataLoader worker; refused here where the files declare their types."""
+    feature = (loaded.features or {}).get("text")
+    if feature is not None and getattr(feature, "dtype", None) not in ("string", "large_string"):
+        raise DataError(
+            f"data.stream {stream!r}: column {text_column!r} holds {feature}, not text; set "
+            "data.text_column"
+        )
 
 
 def _label_name(row: dict, names: tuple[str, ...], stream: str) -> dict:

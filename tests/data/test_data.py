@@ -573,6 +573,9 @@ def test_a_dataset_folder_that_leaves_data_files_out_is_refused(tmp_path):
     (tmp_path / "hub" / "holdout.csv").rename(tmp_path / "hub" / "holdout.csv.gz")
     assert "leaves out ['holdout.csv.gz']" in one_line_error(source=str(tmp_path / "hub"))
     (tmp_path / "hub" / "holdout.csv.gz").unlink()
+    write("holdout.tsv")  # a table datasets could read, left out as well
+    assert "leaves out ['holdout.tsv']" in one_line_error(source=str(tmp_path / "hub"))
+    (tmp_path / "hub" / "holdout.tsv").unlink()
     saved = tmp_path / "saved"
     datasets.DatasetDict(
         {split: datasets.Dataset.from_dict({"text": ["a b", "c d"], "label": ["x", "y"]})

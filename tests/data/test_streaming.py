@@ -453,3 +453,9 @@ def test_a_streamed_fit_resumed_with_other_stream_settings_is_refused(corpus, ch
     with pytest.raises(DataError, match=f"changed: data.{name} .*the checkpoint's"):
         resumed.load_state_dict(recorded)
     DocDataModule(**settings).load_state_dict(recorded)  # the same settings: resumed
+
+
+def test_a_stream_whose_text_column_holds_numbers_is_refused(tmp_path):
+    (tmp_path / "s.jsonl").write_text('{"text": 12, "label": "a"}\n{"text": 7, "label": "b"}\n')
+    with pytest.raises(DataError, match=r"column 'text' holds Value\('int64'\), not text"):
+        open_stream(str(tmp_path / "s.jsonl"))
