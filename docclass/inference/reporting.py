@@ -444,8 +444,14 @@ def faithfulness_positions(
     misclassified document first, so "all" would weigh errors far above their share of the
     split: it measures the most records that keep the split's share instead."""
     if documents is None and error_share is not None:
-        correct = sum(not _misclassified(record) for record in records)
-        documents = len(records) if error_share >= 1 else int(correct / (1 - error_share))
+        # As many as keep the split's share: bounded by the correct records where errors are
+        # over-represented, and by the errors where the cap left fewer than their share (a
+        # split of mostly errors, capped to half of them).
+        errors = sum(_misclassified(record) for record in records)
+        correct = len(records) - errors
+        most = [int(correct / (1 - error_share)) if error_share < 1 else len(records)]
+        most += [int(errors / error_share)] if error_share > 0 else []
+        documents = min(most)
     if documents is None or documents >= len(records):
         return list(range(len(records)))
     return faithfulness_sample(records, documents, error_share)

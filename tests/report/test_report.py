@@ -718,6 +718,11 @@ def test_a_capped_report_measured_whole_still_keeps_the_splits_share_of_errors()
     assert len(chosen) == 63 and sum(i < 40 for i in chosen) == 3
     assert faithfulness_positions(records, None, None) == list(range(100))  # uncapped: all
     assert faithfulness_positions(records, 20, 0.05) == faithfulness_sample(records, 20, 0.05)
+    # A split of mostly errors (82 %) capped to half of them: 50 errors and 50 correct records
+    # shown; the most that keep 82 % are 60 (int(50 / 0.82)), 49 of them errors, not all 100.
+    mostly_wrong = [records[0]] * 50 + records[40:90]
+    chosen = faithfulness_positions(mostly_wrong, None, error_share=0.82)
+    assert len(chosen) == 60 and sum(i < 50 for i in chosen) == 49
 
 
 def test_faithfulness_on_a_class_stratified_sample_says_so(tmp_path):
