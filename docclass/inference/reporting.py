@@ -39,8 +39,15 @@ from docclass.evaluate.erasure import (
 from docclass.evaluate.faithfulness import faithfulness_figures
 from docclass.evaluate.plausibility import plausibility, read_rationales
 from docclass.inference.classifier import classify_texts, resolve_device
-from docclass.inference.model_facts import model_calibration, read_json, run_calibration, run_dir_of
-from docclass.interpret.default_method import default_method
+from docclass.inference.model_facts import (
+    choose_default,
+    faithfulness_tables,
+    model_calibration,
+    model_default_method,
+    read_json,
+    run_calibration,
+    run_dir_of,
+)
 from docclass.interpret.explain import explain_documents
 from docclass.interpret.inputs import float32_classifier
 from docclass.interpret.methods import score_rules
@@ -51,6 +58,7 @@ from docclass.report.html import (
     EXPLANATIONS,
     FAITHFULNESS_FILE,
     REPORT_META,
+    first_method,
     rewrite_report,
     write_report,
 )
@@ -543,6 +551,7 @@ def make_report(
         What was written and how long each stage took (also logged).
     """
     out_dir = Path(out_dir)
+    model_default = None if faithfulness else _models_own_default(classifier, run_dir, out_dir)
     _clear_for_new_report(out_dir)
     classifier, calibration = _calibrated(classifier, run_dir)
     texts, ids = documents.texts[:limit], documents.ids[:limit]
@@ -565,8 +574,9 @@ def make_report(
     )  # fmt: skip
     measured = time.perf_counter()
     checks = _record_checks(
-        classifier, texts, records, summary, counterfactuals, rationales, device, copies
-    )
+        classifier, texts, records, summary, counterfactuals, rationales, device, copies,
+        model_default,
+    )  # fmt: skip
     checked = time.perf_counter()
     write_jsonl(map(file_record, records), out_dir / EXPLANATIONS)
     index = write_report(
@@ -582,10 +592,32 @@ def make_report(
         weights=classifier.fingerprint,
         calibration=calibration,
         scores=score_rules(),
+        model_default=model_default,
     )
     stages = _stage_seconds(started, explained, measured, checked, time.perf_counter())
     log.info("report: %d documents, %s → %s", len(records), stages, index)
     return {"index": str(index), "documents": len(records), **stages}
+
+
+def _models_own_default(
+    classifier: TrainedClassifier, run_dir: Path | None, out_dir: Path
+) -> dict | None:
+    """The default method predict, classify and serve use for these weights (a folder's
+    recorded choice, or the table of the run's report, where this report does not replace
+    it), for a report that measures none: its pages show the same method first."""
+    own_report = Path(run_dir) / "report" if run_dir is not None else None
+    if classifier.folder_config.get("default_method"):
+        chosen = model_default_method(
+            "the model folder", classifier.folder_config, lambda: classifier.fingerprint
+        )
+    elif own_report is not None and own_report.resolve() != out_dir.resolve():
+        tables = faithfulness_tables(own_report, classifier.fingerprint)
+        if not tables:
+            return None
+        chosen = choose_default(tables)
+    else:
+        return None
+    return {"method": chosen.method, "reason": chosen.reason}
 
 
 def _clear_for_new_report(out_dir: Path) -> None:
@@ -662,8 +694,10 @@ def _record_checks(
     rationales: str | Path | None,
     device: str,
     copies: dict[int, Copies] | None = None,
+    model_default: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Counterfactuals by the default method, agreement between methods and, with rationales,
+    """Counterfactuals by the default method (``model_default`` where the report measures no
+    faithfulness), agreement between methods and, with rationales,
     plausibility: stored in the records, summarised for the index. ``copies``: the
     faithfulness measure's perturbed copies by record position."""
     # With a faithfulness sample, counterfactuals are searched on the same documents: each
@@ -673,10 +707,7 @@ def _record_checks(
         if faithfulness and faithfulness.get("sample")
         else None
     )
-    shown_first = default_method(
-        faithfulness["methods"] if faithfulness else None,
-        faithfulness["documents"] if faithfulness else 0,
-    )
+    shown_first = first_method(faithfulness or {}, model_default)
     found = None
     if counterfactuals:
         method = shown_first.method

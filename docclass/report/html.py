@@ -399,6 +399,7 @@ def write_report(
     weights: str | None = None,
     calibration: dict[str, Any] | None = None,
     scores: str | None = None,
+    model_default: dict[str, str] | None = None,
 ) -> Path:
     """Write ``index.html`` and ``<documents_dir>/doc-NNNNN.html`` for every record.
 
@@ -426,6 +427,9 @@ def write_report(
             scores before and after (``calibration.json``); None when uncalibrated.
         scores: what the records' relevance scores are (the rules and the explained quantity,
             :func:`docclass.interpret.methods.score_rules`), kept in ``report.json``.
+        model_default: the method the model's other readers (predict, classify, serve)
+            default to and why (``{method, reason}``), which a report measuring no
+            faithfulness of its own shows first, so the pages and the API agree.
 
     Returns:
         The path of ``index.html``.
@@ -437,18 +441,18 @@ def write_report(
     measured = faithfulness or {}
     # A page outside the measured sample says why it has no faithfulness badge.
     common["faithfulness_sample"] = measured.get("sample")
-    shown_first = default_method(measured.get("methods"), measured.get("documents", 0))
+    shown_first = first_method(measured, model_default)
     hrefs = write_document_pages(records, out_dir, documents_dir, shown_first, common)
     context = dict(title=title, subtitle=subtitle, population=population, run_dir=run_dir)
     context.update(faithfulness=faithfulness, checks=checks or {}, weights=weights, common=common)
-    context.update(calibration=calibration, scores=scores)
+    context.update(calibration=calibration, scores=scores, model_default=model_default)
     index = _index_page(environment, records, label_names, hrefs, documents_dir, out_dir, context)
     (out_dir / "index.html").write_text(index, encoding="utf-8")
     # What rewrite_report needs to render the same report again from its records.
     meta = dict(title=title, subtitle=subtitle, label_names=label_names, run_dir=run_dir)
     meta.update(run_dir=str(run_dir) if run_dir else None, documents_dir=documents_dir)
     meta.update(faithfulness=faithfulness, population=population, checks=checks, weights=weights)
-    meta.update(calibration=calibration, scores=scores)
+    meta.update(calibration=calibration, scores=scores, model_default=model_default)
     (out_dir / REPORT_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return out_dir / "index.html"
 
@@ -506,7 +510,7 @@ def _index_page(
     faithfulness, checks, weights and the pages' common fields)."""
     population, faithfulness = context["population"], context["faithfulness"]
     measured = faithfulness or {}
-    shown_first = default_method(measured.get("methods"), measured.get("documents", 0))
+    shown_first = first_method(measured, context["model_default"])
     trust = _trust_section(faithfulness, out_dir, context["weights"], context["scores"])
     matrix = confusion(records, label_names)
     cells = confusion_cells(records, label_names, hrefs)
@@ -545,6 +549,15 @@ def _index_page(
         assets=ASSETS_DIR + "/",
         **context["common"],
     )
+
+
+def first_method(measured: dict[str, Any], model_default: dict[str, str] | None) -> DefaultMethod:
+    """The method the pages show first: the one this report's faithfulness table trusts most,
+    or, where it measured none, the model's own default (``model_default``), else docclass's
+    unmeasured one."""
+    if measured.get("methods") or not model_default:
+        return default_method(measured.get("methods"), measured.get("documents", 0))
+    return DefaultMethod(model_default["method"], model_default["reason"])
 
 
 def _chosen_without(

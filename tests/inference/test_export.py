@@ -688,3 +688,27 @@ def test_a_checkpoint_whose_max_tokens_is_not_a_count_is_one_line(fitted, tmp_pa
     error = capsys.readouterr().err.strip()
     assert exit_info.value.code == 2 and "\n" not in error
     assert f"{tmp_path / 'edited.ckpt'}: max_tokens -1 must be a positive whole number" in error
+
+
+@pytest.mark.fault(
+    "a report of a model folder made with `--faithfulness false`",
+    "its pages show the folder's recorded default method first, with its reason, as predict, "
+    "classify and serve use it; never docclass's unmeasured default and \"not measured for "
+    'this model"',
+)
+def test_a_report_measuring_no_faithfulness_shows_the_models_own_default_first(exported, tmp_path):
+    folder = _copy(exported, tmp_path)
+    reason = "class contribution is shown first: the folder's own measurement"
+    _edit_config(
+        folder, lambda c: c.update(default_method={"method": "contribution", "reason": reason})
+    )
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps({"text": t, "label": "tech"}) + "\n" for t in TEXTS))
+    out = tmp_path / "report"
+    main(["report", "--ckpt", str(folder), "--data", str(data), "--out", str(out), "--split",
+          "train", "--counterfactuals", "false", "--faithfulness", "false"])  # fmt: skip
+    page = next((out / "docs").glob("*.html")).read_text()
+    assert '<option value="contribution" selected>' in page
+    index = (out / "index.html").read_text()
+    assert "the folder&#39;s own measurement" in index or "the folder's own measurement" in index
+    assert "was not measured for this model" not in index
