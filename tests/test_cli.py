@@ -555,3 +555,36 @@ def test_report_settings_are_the_configs_own():
         ],
     }
     assert report_settings(CONFIGS / "bbc.yaml")["report_faithfulness_documents"] is None
+
+
+@pytest.mark.fault(
+    "test/validate/predict at another `--data.max_tokens` than the checkpoint's, or with a "
+    "`--data.tokenizer_from` whose tokenizer or labels are not the checkpoint's",
+    "one line naming the setting and the checkpoint's value; never figures of documents cut "
+    "elsewhere than classify cuts them (which export puts on the card), nor of another "
+    "tokenizer's ids",
+)
+def test_evaluating_with_another_length_or_tokenizer_than_the_checkpoints_is_refused(
+    capsys, fitted, tmp_path
+):
+    import hashlib
+
+    import torch
+
+    last = fitted / "checkpoints" / "last.ckpt"
+    limit = torch.load(last, weights_only=True)["docclass"]["max_tokens"]
+    line = one_line_failure(capsys, "test", "--config", TINY, "--ckpt_path", str(last),
+                            "--data.max_tokens", str(limit // 2),
+                            "--trainer.default_root_dir", str(tmp_path / "run"))  # fmt: skip
+    assert f"reads documents up to {limit} tokens" in line and f"--data.max_tokens {limit}" in line
+    checkpoint = torch.load(last, weights_only=True)
+    checkpoint["docclass"]["label_names"] = checkpoint["docclass"]["label_names"][::-1]
+    other = tmp_path / "other.ckpt"
+    torch.save(checkpoint, other)
+    digest = hashlib.sha256(other.read_bytes()).hexdigest()
+    (tmp_path / "other.ckpt.sha256").write_text(f"{digest}  other.ckpt\n")
+    line = one_line_failure(capsys, "test", "--config", TINY, "--ckpt_path", str(last),
+                            "--data.tokenizer_from", str(other),
+                            "--trainer.default_root_dir", str(tmp_path / "run"))  # fmt: skip
+    assert f"--data.tokenizer_from {other}: its tokenizer or labels are not those of" in line
+    assert not (tmp_path / "run" / "metrics.json").exists()

@@ -25,7 +25,7 @@ from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from docclass.artifacts.encoders import encoder_model_settings, locate_encoder
-from docclass.artifacts.load import verify_checkpoint
+from docclass.artifacts.load import read_artifact, verify_checkpoint
 from docclass.errors import CheckpointError, ConfigError
 from docclass.files import lock_folder
 from docclass.train.callbacks import (
@@ -232,6 +232,8 @@ class TrainingCLI(LightningCLI):
         if ckpt_path in ("last", "best"):
             # Lightning finds these itself, later; the tokenizer must come from the same file.
             ckpt_path = self._named_checkpoint(config, ckpt_path)
+        if ckpt_path and ckpt_path not in LIGHTNING_CKPT_ALIASES:
+            self._refuse_other_inputs(config, ckpt_path)
         if ckpt_path and ckpt_path not in LIGHTNING_CKPT_ALIASES and not config.data.tokenizer_from:
             # A checkpoint's weights only make sense with its own tokenizer and label order (a
             # WordPiece tokenizer trained again can differ: tokenizers 0.23 breaks ties in hash
@@ -250,6 +252,32 @@ class TrainingCLI(LightningCLI):
                 f"learned positions cover {max_positions} tokens but data.max_tokens is "
                 f"{max_tokens}; set model.window_tokens <= {max_positions} to read longer "
                 "documents in windows, or data.max_tokens <= model.max_positions"
+            )
+
+    def _refuse_other_inputs(self, config, ckpt_path: str) -> None:
+        """Refuse a ``data.tokenizer_from`` whose tokenizer or labels are not the checkpoint's
+        (its weights scored, or a resumed fit trained on, another tokenizer's ids while the
+        checkpoints went on naming their own), and an evaluation at another ``max_tokens``
+        than the checkpoint reads at (its figures, which export puts on the model card, were
+        then those of documents cut elsewhere than classify and serve cut them)."""
+        artifact = read_artifact(ckpt_path)
+        given = config.data.tokenizer_from
+        if given and Path(given).expanduser().resolve() != Path(ckpt_path).resolve():
+            other = read_artifact(Path(given).expanduser())
+            if (other["tokenizer"], other["label_names"]) != (
+                artifact["tokenizer"],
+                artifact["label_names"],
+            ):
+                raise ConfigError(
+                    f"--data.tokenizer_from {given}: its tokenizer or labels are not those of "
+                    f"--ckpt_path {ckpt_path}; drop it (the checkpoint's own are read)"
+                )
+        limit = artifact.get("max_tokens")
+        if self.subcommand != "fit" and limit and config.data.max_tokens != limit:
+            raise ConfigError(
+                f"data.max_tokens {config.data.max_tokens}: {ckpt_path} reads documents up to "
+                f"{limit} tokens, as classify and serve do; {self.subcommand} with "
+                f"--data.max_tokens {limit}"
             )
 
     def instantiate_trainer(self, **kwargs):
