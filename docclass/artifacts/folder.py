@@ -11,6 +11,7 @@ naming the file.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -31,9 +32,17 @@ MODEL_FOLDER_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 # config.json's split.sha256: the fingerprint of the split the exported checkpoint trained on,
 # so a report of the folder from a config refuses held-out documents of another split.
 SPLIT_SHA256 = "sha256"
-# config.json's data.source_is_local: the source was a local path, of which the folder keeps
-# the last part alone (the training machine's folders are not shared).
-LOCAL_SOURCE = "source_is_local"
+# config.json's data.source_path_sha256: a local source is kept by its last part alone (the
+# training machine's folders are not shared), and its resolved path by this digest, so that a
+# report of the folder from a config reading the same path is held to the folder's split.
+SOURCE_PATH_SHA256 = "source_path_sha256"
+
+
+def path_digest(path: str | Path) -> str:
+    """SHA-256 of a resolved path's text (which file, without saying where)."""
+    return hashlib.sha256(str(Path(path).resolve()).encode("utf-8", "surrogateescape")).hexdigest()
+
+
 CARD = "README.md"
 FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}  # safetensors' names
 

@@ -158,18 +158,20 @@ def refuse_spellings_of_one_label(
     twice = [found for found in spellings.values() if len(found) > 1]
     if twice:
         raise DataError(
-            f"{source}: label(s) {twice[0]} differ only in case, spaces or Unicode form"
+            f"{source}: label(s) {ascii(twice[0])} differ only in case, spaces or Unicode form"
             f"{f' (and {len(twice) - 1} more such group(s))' if len(twice) > 1 else ''}; {fix}"
         )
 
 
+# Characters that show nothing: zero-width space, word joiner, byte-order mark, soft hyphen.
+INVISIBLE = dict.fromkeys(map(ord, "\u200b\u2060\ufeff\u00ad"))
+
+
 def _label_key(name: str) -> str:
-    """A label as a reader sees it: Unicode forms alike (NFC and NFD "café"), invisible
-    format characters (a zero-width space) dropped, case and surrounding spaces ignored."""
-    visible = "".join(
-        c for c in unicodedata.normalize("NFKC", name) if unicodedata.category(c) != "Cf"
-    )
-    return visible.strip().casefold()
+    """A label as a reader sees it: composed and decomposed forms alike (NFC; not NFKC, which
+    would take CO₂ for CO2), invisible characters dropped, case and surrounding spaces
+    ignored."""
+    return unicodedata.normalize("NFC", name).translate(INVISIBLE).strip().casefold()
 
 
 def stratified_split(

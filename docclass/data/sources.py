@@ -335,7 +335,10 @@ def _split_folders(path: Path, spec: SourceSpec) -> dict[str, Path] | None:
         if name and (path / name).is_dir():
             roles[role] = path / name
         elif name and (role == "val" or name != DEFAULT_TEST_SPLIT):
-            raise DataError(f"{path}: has no split folder {name!r} beside {train.name}/")
+            raise DataError(
+                f"{path}: has no split folder {name!r} beside {train.name}/; name the folder "
+                "(data.val_split / data.test_split), or set it null to carve it from training"
+            )
     return roles
 
 
@@ -350,17 +353,20 @@ def read_split_class_folders(root: Path, roles: dict[str, Path]) -> LoadedSource
         splits[role] = dataset.remove_columns("id").add_column("id", ids)
         stats.update(loaded.stats)
         classes[role] = loaded.label_names or []
-    for role in ("val", "test"):
-        # aclImdb's train/unsup/ holds unlabelled reviews: as a class, it would be trained
-        # as one. A class no held-out folder has is named (one it alone has is refused later).
-        alone = [name for name in classes["train"] if role in classes and name not in classes[role]]
-        if alone:
-            log.warning(
-                "%s: class folder(s) %s of %s/ have no %s/ counterpart: each is trained as a "
-                "class (move unlabelled documents out)", root, alone, roles["train"].name,
-                roles[role].name,
-            )  # fmt: skip
-    return LoadedSource(splits, classes["train"], dict(stats))
+    # aclImdb's train/unsup/ holds 50,000 unlabelled reviews: read as a class, two thirds of
+    # training would be a class no test document has. A training class folder that a held-out
+    # folder lacks is left out, and named (one a held-out folder alone has is refused later).
+    held_out = [classes[role] for role in ("val", "test") if role in classes]
+    alone = [name for name in classes["train"] if any(name not in other for other in held_out)]
+    if alone:
+        log.warning(
+            "%s: class folder(s) %s of %s/ have no held-out counterpart: not read (unlabelled "
+            "documents, as aclImdb's unsup/; give them held-out documents to train them as a "
+            "class)", root, alone, roles["train"].name,
+        )  # fmt: skip
+        train = splits["train"]
+        splits["train"] = train.select([i for i, y in enumerate(train["label"]) if y not in alone])
+    return LoadedSource(splits, [c for c in classes["train"] if c not in alone], dict(stats))
 
 
 def _warn_of_entries_not_read(root: Path, folders: list[Path], class_dirs: list[Path]) -> None:
@@ -491,11 +497,16 @@ def _check_every_data_file_is_read(folder: Path, data_files) -> None:
     read = {Path(f).resolve() for files in (data_files or {}).values() for f in files}
     on_disk = sorted(
         f for f in folder.rglob("*")
-        if _table_suffix(f.name) in {*FILE_FORMATS, ".tsv"} and f.name not in NOT_DATA_FILES
+        if _table_suffix(f.name) in {*FILE_FORMATS, ".tsv", ".arrow"}
+        and f.name not in NOT_DATA_FILES
         and f.is_file()
         and not any(part.startswith(".") for part in f.relative_to(folder).parts)
     )  # fmt: skip
-    underscored = [str(f.relative_to(folder)) for f in on_disk if f.name.startswith("_")]
+    underscored = [
+        str(f.relative_to(folder))
+        for f in on_disk
+        if f.name.startswith("_") and f.resolve() in read
+    ]
     if underscored:
         # Often an old copy kept aside; datasets' rules read it like any other (_test_v1.csv as
         # test documents).
@@ -568,12 +579,15 @@ def _standardise(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> dat
             "instead", spec.source, split, type(dataset.features["id"]).__name__,
         )  # fmt: skip
         has_id = False
-    if has_id and None in dataset["id"]:
-        row = dataset["id"].index(None)
-        raise DataError(
-            f"{spec.source} ({split}): {dataset['id'].count(None)} row(s) have no id (first: "
-            f"row {row + 1}); give every row an id, or drop the id column to number the rows"
-        )
+    if has_id and any(value is None or str(value) == "" for value in dataset["id"]):
+        # An id names no document once some rows lack one (None, None#2… and a split.json its
+        # own fit refused): every row numbered instead, as without the column.
+        missing = sum(value is None or str(value) == "" for value in dataset["id"])
+        log.warning(
+            "%s (%s): %d row(s) have no id; documents are numbered instead",
+            spec.source, split, missing,
+        )  # fmt: skip
+        has_id = False
     dataset = dataset.select_columns([*keep] + (["id"] if has_id else []))
     try:
         # JSON and Parquet readers take string bytes unchecked: a file saved as Windows-1252

@@ -16,11 +16,13 @@ from typing import Any
 
 import docclass
 from docclass.artifacts.checkpoint import load_checkpoint
+from docclass.artifacts.encoders import ALIASES, KNOWN_ENCODERS
 from docclass.artifacts.folder import (
     CARD,
-    LOCAL_SOURCE,
     MODEL_FOLDER_FILES,
+    SOURCE_PATH_SHA256,
     SPLIT_SHA256,
+    path_digest,
     read_folder_config,
     write_model_folder,
 )
@@ -75,20 +77,23 @@ def run_facts(run_dir: Path | None, fingerprint: str) -> dict[str, Any]:
     if metrics.get("data"):
         # Where the data lay on the training machine stays there: the folder is for sharing.
         facts["data"] = {k: v for k, v in metrics["data"].items() if k != "source_path"}
-        if facts["data"].get("source") is not None:
-            local = facts["data"]["source"] != shareable_name(facts["data"]["source"])
-            facts["data"]["source"] = shareable_name(facts["data"]["source"])
-            if local:
-                facts["data"][LOCAL_SOURCE] = True
+        where = metrics["data"].get("source_path")  # fit records it for a local source alone
+        if where and facts["data"].get("source") is not None:
+            facts["data"]["source"] = Path(str(facts["data"]["source"])).name or where
+            # Which file or folder it was, without saying where: a report of the folder from
+            # a config reading that same path is held to the folder's split.
+            facts["data"][SOURCE_PATH_SHA256] = path_digest(where)
     data_settings = (metrics.get("config") or {}).get("data") or {}
     if data_settings:
         facts["split"] = {
-            key: shareable_name(data_settings.get(key))
+            key: data_settings.get(key)
             for key in ("split_seed", "val_fraction", "test_fraction", "val_split", "split_file")
         }
+        if facts["split"]["split_file"]:  # always a file of the training machine
+            facts["split"]["split_file"] = Path(str(facts["split"]["split_file"])).name
     model_settings = (metrics.get("config") or {}).get("model") or {}
     if model_settings.get("encoder"):
-        facts["started_from"] = shareable_name(model_settings["encoder"])
+        facts["started_from"] = shareable_encoder_name(model_settings["encoder"])
     facts["faithfulness"] = faithfulness_tables(run_dir / "report", fingerprint)
     # The rules these tables' scores, and so the default chosen from them, were measured
     # under: a later docclass whose methods score otherwise does not take the choice as its own.
@@ -102,17 +107,12 @@ def run_facts(run_dir: Path | None, fingerprint: str) -> dict[str, Any]:
     return facts
 
 
-def shareable_name(value: Any) -> Any:
-    """A local path as its last part alone (``/home/alice/clients/emails.csv`` as
-    ``emails.csv``): a model folder is for sharing, and its card and ``config.json`` would
-    publish the training machine's folders (a user's name, a client's). A corpus or hub name,
-    or any other value, stays as it is."""
-    if not isinstance(value, str) or value in KNOWN_SOURCES or value.startswith("hub:"):
-        return value
-    path = Path(value).expanduser()
-    if path.exists() or path.is_absolute() or value.startswith((".", "~")):
-        return path.name or value
-    return value
+def shareable_encoder_name(encoder: str) -> str:
+    """A pre-trained encoder as the card may name it: a pinned alias or ``hub:`` id as is, a
+    local folder by its last part alone (the training machine's folders are not shared)."""
+    if encoder in KNOWN_ENCODERS or encoder in ALIASES or str(encoder).startswith("hub:"):
+        return encoder
+    return Path(str(encoder)).name or str(encoder)
 
 
 def _tested_apart(run_dir: Path, fingerprint: str) -> dict[str, Any] | None:

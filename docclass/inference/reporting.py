@@ -23,7 +23,12 @@ import numpy as np
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from docclass.artifacts.checkpoint import load_checkpoint
-from docclass.artifacts.folder import LOCAL_SOURCE, SPLIT_SHA256, read_folder_config
+from docclass.artifacts.folder import (
+    SOURCE_PATH_SHA256,
+    SPLIT_SHA256,
+    path_digest,
+    read_folder_config,
+)
 from docclass.artifacts.load import TrainedClassifier, load_classifier
 from docclass.artifacts.locate import resolve_model
 from docclass.data.sources import SourceSpec, load_source, local_source_path
@@ -180,14 +185,15 @@ def check_folder_split(
 
 def names_the_folders_source(folder_config: dict, source: str) -> bool:
     """Whether ``source`` names the corpus a model folder's weights trained on. A local source
-    is recorded by its last part alone (:func:`docclass.inference.export.shareable_name`): a
-    path ending in it is taken as it."""
+    is recorded by its last part alone and its resolved path's digest: only the same path is
+    taken as it (another corpus's ``train.csv`` is not)."""
     trained = folder_config.get("data") or {}
     if trained.get("source") is None:
         return False
-    return same_source_name(trained["source"], source) or (
-        bool(trained.get(LOCAL_SOURCE)) and Path(source).name == str(trained["source"])
-    )
+    if trained.get(SOURCE_PATH_SHA256):
+        here = local_source_path(source)
+        return here is not None and path_digest(here) == trained[SOURCE_PATH_SHA256]
+    return same_source_name(trained["source"], source)
 
 
 def _refuse_another_split(
@@ -580,20 +586,11 @@ def make_report(
     checked = time.perf_counter()
     write_jsonl(map(file_record, records), out_dir / EXPLANATIONS)
     index = write_report(
-        records,
-        out_dir,
-        classifier.label_names,
-        title=title,
-        subtitle=subtitle,
-        run_dir=run_dir,
-        faithfulness=summary,
-        population=population,
-        checks=checks,
-        weights=classifier.fingerprint,
-        calibration=calibration,
-        scores=score_rules(),
+        records, out_dir, classifier.label_names, title=title, subtitle=subtitle,
+        run_dir=run_dir, faithfulness=summary, population=population, checks=checks,
+        weights=classifier.fingerprint, calibration=calibration, scores=score_rules(),
         model_default=model_default,
-    )
+    )  # fmt: skip
     stages = _stage_seconds(started, explained, measured, checked, time.perf_counter())
     log.info("report: %d documents, %s → %s", len(records), stages, index)
     return {"index": str(index), "documents": len(records), **stages}

@@ -59,7 +59,8 @@ SPLITS = ("train", "val", "test")
 SPLIT_KEY = "split_sha256"
 # Where a checkpoint keeps the data settings its batches were made with.
 BATCHING_KEY = "batching"
-STREAM_BATCHING = ("stream", "num_workers", "bucket_documents", "shuffle_buffer", "steps_per_epoch")
+# The stream itself is not compared: the same files may be spelt another way (./s/*.jsonl).
+STREAM_BATCHING = ("num_workers", "bucket_documents", "shuffle_buffer", "steps_per_epoch")
 
 
 def check_settings(**settings) -> None:
@@ -278,7 +279,9 @@ class DocDataModule(pl.LightningDataModule):
             self.stats["source_path"] = str(local)
         self.stats["documents_read"] = sum(len(d) for d in splits.values())
         splits = self._split(self._clean(splits))
-        if not self.stream:  # a stream trains; the source's training split is not read
+        if not self.stream and not artifact:
+            # A stream trains (the source's training split is not read); a checkpoint's
+            # labels (report, test, calibrate) come from the data it trained on.
             refuse_classes_without_training(splits, self.label_names, self.source_spec.source)
         self.splits = splits
         if artifact:

@@ -573,9 +573,10 @@ def test_a_dataset_folder_that_leaves_data_files_out_is_refused(tmp_path):
     (tmp_path / "hub" / "holdout.csv").rename(tmp_path / "hub" / "holdout.csv.gz")
     assert "leaves out ['holdout.csv.gz']" in one_line_error(source=str(tmp_path / "hub"))
     (tmp_path / "hub" / "holdout.csv.gz").unlink()
-    write("holdout.tsv")  # a table datasets could read, left out as well
-    assert "leaves out ['holdout.tsv']" in one_line_error(source=str(tmp_path / "hub"))
-    (tmp_path / "hub" / "holdout.tsv").unlink()
+    for name in ("holdout.tsv", "holdout.arrow"):  # tables datasets could read, left out too
+        write(name)
+        assert f"leaves out ['{name}']" in one_line_error(source=str(tmp_path / "hub"))
+        (tmp_path / "hub" / name).unlink()
     saved = tmp_path / "saved"
     datasets.DatasetDict(
         {split: datasets.Dataset.from_dict({"text": ["a b", "c d"], "label": ["x", "y"]})
@@ -638,7 +639,11 @@ def test_labels_spelt_two_ways_are_refused(tmp_path):
     # The same word in two Unicode forms, or with an invisible character, is one label too.
     for spelt in ("cafe\u0301", "caf\u00e9\u200b"):
         message = one_line_error(source=labelled_csv(tmp_path, ["caf\u00e9", spelt, "tech"] * 5))
-        assert "differ only in case, spaces or Unicode form" in message
+        spellings = ascii(sorted(["caf\u00e9", spelt]))
+        assert f"label(s) {spellings} differ only in case" in message
+    # Labels that only NFKC would fold together are two labels.
+    source = labelled_csv(tmp_path, ["CO2", "CO\u2082", "tech"] * 5)
+    assert load_source(SourceSpec(source)).splits["train"]["label"][:2] == ["CO2", "CO\u2082"]
     folders = tmp_path / "folders"
     for name in ("sport", "Sport", "tech"):
         for i in range(5):
@@ -927,27 +932,29 @@ def test_a_repeated_id_is_renamed_past_the_ids_the_source_already_has(tmp_path):
 
 
 @pytest.mark.fault(
-    "JSON Lines rows of which some have no `id`",
-    "one line naming the split, the count and the first row; never ids `None`, `None#2`… and "
-    "a split.json its own fit cannot read back",
+    "table rows of which some have no `id` (a JSON null, an empty CSV cell), or an `id` column "
+    "of lists",
+    "every row numbered instead, with a warning; never ids `None`, `None#2`… and a split.json "
+    "its own fit cannot read back",
 )
-def test_rows_without_an_id_are_refused_and_an_id_of_lists_is_replaced(tmp_path, caplog):
+def test_rows_without_an_id_are_numbered_as_without_the_column(tmp_path, caplog):
     rows = topical_rows(20)
     path = tmp_path / "docs.jsonl"
     lines = [
         {"text": t, "label": str(y), **({} if i % 3 else {"id": f"d{i}"})}
         for i, (t, y) in enumerate(zip(rows["text"], rows["label"], strict=True))
     ]
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    assert one_line_error(source=str(path)).startswith(
-        f"{path} (train): 13 row(s) have no id (first: row 2); give every row an id"
-    )
-    # An id of lists names no document: rows are numbered instead, with a warning.
-    lines = [{**line, "id": [i]} for i, line in enumerate(lines)]
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    with caplog.at_level("WARNING", logger="docclass"):
-        ids = load_source(SourceSpec(str(path))).splits["train"]["id"]
-    assert ids == [str(i + 1) for i in range(20)] and "holds List" in caplog.text
+    numbered = [str(i + 1) for i in range(20)]
+    for ids in ([line.get("id") for line in lines], [[i] for i in range(20)]):
+        pairs = zip(lines, ids, strict=True)
+        path.write_text("".join(json.dumps({**line, "id": i}) + "\n" for line, i in pairs))
+        with caplog.at_level("WARNING", logger="docclass"):
+            assert load_source(SourceSpec(str(path))).splits["train"]["id"] == numbered
+    assert "13 row(s) have no id; documents are numbered" in caplog.text
+    assert "holds List" in caplog.text
+    table = tmp_path / "docs.csv"
+    table.write_text("id,text,label\na,first text,x\n,second text,y\n")
+    assert load_source(SourceSpec(str(table))).splits["train"]["id"] == ["1", "2"]
 
 
 @pytest.mark.fault(
@@ -1230,9 +1237,9 @@ def test_split_files_with_other_columns_are_named_as_such(tmp_path, test_columns
 @pytest.mark.fault(
     "a folder laid out as aclImdb is: `train/<class>/*.txt` and `test/<class>/*.txt` (with "
     "`.txt` files beside the classes, and a `train/unsup/` of unlabelled documents)",
-    "each split folder's class folders read as that split, ids prefixed with its name, a class "
-    "with no test counterpart named in a warning; never `train` and `test` read as two classes, "
-    "nor each line of a file as a document",
+    "each split folder's class folders read as that split, ids prefixed with its name, a "
+    "training class folder with no test counterpart left out with a warning; never `train` and "
+    "`test` read as two classes, `unsup` trained as one, nor each line of a file as a document",
 )
 def test_split_folders_of_class_folders_are_read_as_their_splits(tmp_path, caplog):
     root = tmp_path / "aclImdb"
@@ -1245,13 +1252,30 @@ def test_split_folders_of_class_folders_are_read_as_their_splits(tmp_path, caplo
     (root / "imdbEr.txt").write_text("0.1\n")
     with caplog.at_level("WARNING", logger="docclass"):
         loaded = load_source(SourceSpec(str(root)))
-    assert loaded.label_names == ["neg", "pos", "unsup"]
-    assert {role: len(split) for role, split in loaded.splits.items()} == {"train": 9, "test": 6}
+    assert loaded.label_names == ["neg", "pos"]
+    assert {role: len(split) for role, split in loaded.splits.items()} == {"train": 6, "test": 6}
+    assert set(loaded.splits["train"]["label"]) == {"neg", "pos"}
     test = loaded.splits["test"]
     assert test["id"][0] == "test/neg/0_7.txt" and test["text"][0] == "neg test 0\nline two"
     assert test["label"] == ["neg"] * 3 + ["pos"] * 3
-    assert "['unsup'] of train/ have no test/ counterpart" in caplog.text
-    shutil.rmtree(root / "train" / "unsup")
+    assert "['unsup'] of train/ have no held-out counterpart: not read" in caplog.text
     data = DocDataModule(source=str(root), tokenizer=SMALL_TOKENIZER, val_fraction=0.34)
     data.prepare()
     assert sorted(data.splits["test"]["id"]) == sorted(test["id"])
+
+
+def test_a_class_folder_named_in_other_bytes_stays_a_class_beside_a_binary_file(tmp_path):
+    # Its label is its printable name (caf\xe9): compared by that, it is no class "emptied"
+    # by another folder's binary file.
+    named = os.path.join(os.fsencode(tmp_path), b"caf\xe9")
+    os.mkdir(named)
+    for i in range(2):
+        with open(os.path.join(named, f"{i}.txt".encode()), "w") as file:
+            file.write(f"a cafe story {i}")
+    (tmp_path / "sport").mkdir()
+    for i in range(2):
+        (tmp_path / "sport" / f"{i}.txt").write_text(f"a match report {i}")
+    (tmp_path / "sport" / "image.txt").write_bytes(b"\x89PNG\x00\x00\x00")
+    loaded = load_source(SourceSpec(str(tmp_path)))
+    assert loaded.label_names == ["caf\\xe9", "sport"]
+    assert sorted(set(loaded.splits["train"]["label"])) == ["caf\\xe9", "sport"]

@@ -431,7 +431,7 @@ def test_a_stream_file_whose_name_holds_glob_characters_is_that_file(tmp_path):
 
 @pytest.mark.fault(
     "a streamed fit resumed with another `data.num_workers`, `bucket_documents`, "
-    "`shuffle_buffer`, `steps_per_epoch` or stream",
+    "`shuffle_buffer` or `steps_per_epoch`",
     "refused in one line naming the setting and the checkpoint's value; never some documents "
     "trained twice in the epoch and others not at all",
 )

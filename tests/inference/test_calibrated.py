@@ -346,17 +346,24 @@ def test_a_model_folder_of_a_source_named_otherwise_says_its_split_differs(ckpt,
     assert "trained on /training/machine/bbc, a split other than the one" in caplog.text
 
 
-def test_a_local_source_a_folder_names_by_its_last_part_is_held_to_its_split():
-    """An export keeps a local source's last part alone: a path ending in it is the same
-    corpus (held to the folder's split); a name typed alike but not local is not."""
+def test_a_local_source_a_folder_names_by_its_path_digest_is_held_to_its_split(tmp_path):
+    """An export keeps a local source's last part and its resolved path's digest: only that
+    path is the same corpus (held to the folder's split); another corpus's file of the same
+    name is not."""
+    from docclass.artifacts.folder import path_digest
     from docclass.inference.reporting import names_the_folders_source
 
-    local = {"data": {"source": "emails.csv", "source_is_local": True}}
-    assert names_the_folders_source(local, "/data/emails.csv")
-    assert names_the_folders_source(local, "emails.csv")
-    assert not names_the_folders_source(local, "/data/other.csv")
-    typed = {"data": {"source": "emails.csv"}}
-    assert not names_the_folders_source(typed, "/data/emails.csv")
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "train.csv").write_text("text,label\n")
+    recorded = {
+        "source": "train.csv",
+        "source_path_sha256": path_digest(tmp_path / "a" / "train.csv"),
+    }
+    local = {"data": recorded}
+    assert names_the_folders_source(local, str(tmp_path / "a" / "train.csv"))
+    assert not names_the_folders_source(local, str(tmp_path / "b" / "train.csv"))
+    assert not names_the_folders_source(local, "train.csv")  # not a file here
     assert names_the_folders_source({"data": {"source": "bbc"}}, "bbc")
     assert not names_the_folders_source({}, "bbc")
 

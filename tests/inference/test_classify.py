@@ -9,6 +9,7 @@ import itertools
 import json
 import math
 import os
+import signal
 from pathlib import Path
 from typing import get_args
 
@@ -1162,8 +1163,18 @@ def test_a_pipe_inside_an_input_folder_gets_an_error_row(tmp_path):
     docs.mkdir()
     (docs / "a.txt").write_text("Shares rose.")
     os.mkfifo(docs / "b.txt")
-    for inputs in ([str(docs)], [str(docs / "*")]):
-        rows = [(r.id, r.error) for r in read_inputs(inputs)]
+    # A writer holds the pipe open, so code that reads it blocks instead of failing: an alarm
+    # ends such a read as a failure.
+    writer = os.open(docs / "b.txt", os.O_RDWR | os.O_NONBLOCK)
+    previous = signal.signal(signal.SIGALRM, lambda *_: pytest.fail("the pipe was read"))
+    signal.alarm(20)
+    try:
+        read = [[(r.id, r.error) for r in read_inputs(i)] for i in ([str(docs)], [str(docs / "*")])]
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        os.close(writer)
+    for rows in read:
         assert rows == [
             (str(docs / "a.txt"), None),
             (str(docs / "b.txt"), "not a regular file (a pipe, socket or device); name it on its "

@@ -503,27 +503,32 @@ def test_a_folder_exported_again_keeps_its_data_and_split_on_the_card(exported, 
 
 
 @pytest.mark.fault(
-    "export of a run trained on a local path (data.source, data.split_file)",
-    "the folder's config.json and card keep the path's last part alone; never the training "
-    "machine's folders (a user's, a client's name) published by push",
+    "export of a run trained on a local path (data.source, data.split_file), absolute or relative",
+    "the folder's config.json and card keep the path's last part alone, and a digest of the "
+    "resolved path; never the training machine's folders (a user's, a client's name) published "
+    "by push",
 )
-@pytest.mark.parametrize("typed", ["bbc", "/home/alice/clients/acme/confidential.csv"])
+@pytest.mark.parametrize(
+    "typed", ["bbc", "/home/alice/clients/acme/confidential.csv", "acme/confidential.csv"]
+)
 def test_an_export_carries_no_path_of_the_training_machine(fitted, tmp_path, typed):
     run = tmp_path / "run"
     shutil.copytree(fitted, run)
     metrics = json.loads((run / "metrics.json").read_text())
-    metrics["data"]["source_path"] = "/home/alice/clients/acme/confidential.csv"
-    metrics["data"]["source"] = typed  # as fit records --data.source
-    if typed != "bbc":
-        metrics["config"]["data"]["split_file"] = "/home/alice/clients/acme/split.json"
+    local = typed != "bbc"
+    metrics["data"].pop("source_path", None)
+    if local:  # fit records where a local source lay, and the source as typed
+        metrics["data"]["source_path"] = "/home/alice/clients/acme/confidential.csv"
+        metrics["config"]["data"]["split_file"] = "acme/split.json"
+    metrics["data"]["source"] = typed
     (run / "metrics.json").write_text(json.dumps(metrics))
     main(["export", "--ckpt", str(run / "checkpoints" / "last.ckpt"), "--out", str(tmp_path / "m")])
     config, card = ((tmp_path / "m" / name).read_text() for name in ("config.json", "README.md"))
     assert "acme" not in config and "alice" not in card and "acme" not in card
     recorded = json.loads(config)
     assert recorded["data"]["source"] == Path(typed).name
-    assert recorded["data"].get("source_is_local", False) == (typed != "bbc")
-    if typed != "bbc":
+    assert ("source_path_sha256" in recorded["data"]) == local
+    if local:
         assert recorded["split"]["split_file"] == "split.json"
         assert "confidential.csv" in card
 
