@@ -37,6 +37,7 @@ def _check_training_settings(settings: Mapping[str, Any]) -> None:
     frozen_encoder = bool(encoder and (settings["freeze_encoder"] or settings["freeze_blocks"]))
     if lr <= 0:
         raise ConfigError(f"model.lr must be positive, got {lr}")
+    _check_encoder_settings(settings)
     if not 0 <= warmup_fraction < 1:
         raise ConfigError(f"model.warmup_fraction must be in [0, 1), got {warmup_fraction}")
     if not 0 <= label_smoothing < 1:
@@ -59,6 +60,25 @@ def _check_training_settings(settings: Mapping[str, Any]) -> None:
         raise ConfigError(
             "model.word_dropout with model.cache_encoder_states: the cached states saw every "
             "word; set model.word_dropout: 0 or model.cache_encoder_states: false"
+        )
+
+
+def _check_encoder_settings(settings: Mapping[str, Any]) -> None:
+    """Refuse encoder settings that would train otherwise than they read: ``encoder_lr`` 0
+    trained the encoder at ``lr`` (``0 or lr``), a negative one climbed the loss, and without
+    ``model.encoder`` ``encoder_lr`` and ``freeze_encoder`` had nothing to act on."""
+    encoder_lr = settings["encoder_lr"]
+    if encoder_lr is not None and encoder_lr <= 0:
+        raise ConfigError(
+            f"model.encoder_lr must be positive or null (lr), got {encoder_lr}; hold the "
+            "encoder with model.freeze_encoder: true instead"
+        )
+    if settings["weight_decay"] < 0:
+        raise ConfigError(f"model.weight_decay must be 0 or more, got {settings['weight_decay']}")
+    given = [name for name in ("encoder_lr", "freeze_encoder") if settings[name]]
+    if given and not settings["encoder"]:
+        raise ConfigError(
+            f"model.{given[0]} applies to a pre-trained encoder: set model.encoder, or drop it"
         )
 
 

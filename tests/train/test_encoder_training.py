@@ -545,3 +545,24 @@ def test_the_demo_config_fine_tunes_only_its_top_block_end_to_end(tmp_path, caps
     assert read and read[1] == read[2] and int(read[1]) > metrics["test"]["n_documents"]
     records = read_jsonl(tmp_path / "report" / "explanations.jsonl.gz")
     assert len(records) == 4 and all(r["tokens_read"] == 48 for r in records)
+
+
+@pytest.mark.fault(
+    "model.encoder_lr 0 or negative, a negative model.weight_decay, or encoder_lr / "
+    "freeze_encoder without model.encoder",
+    "refused in one line naming the setting; never the encoder trained at lr (`0 or lr`), "
+    "up the loss, or a setting with nothing to act on ignored",
+)
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(encoder="minilm", encoder_lr=0.0), "encoder_lr must be positive or null"),
+        (dict(encoder="minilm", encoder_lr=-1e-5), "encoder_lr must be positive or null"),
+        (dict(vocab_size=100, weight_decay=-1.0), "weight_decay must be 0 or more"),
+        (dict(vocab_size=100, encoder_lr=1e-5), "encoder_lr applies to a pre-trained encoder"),
+        (dict(vocab_size=100, freeze_encoder=True), "freeze_encoder applies to a pre-trained"),
+    ],
+)  # fmt: skip
+def test_encoder_settings_that_would_train_otherwise_are_refused(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        DocClassifierModule(num_classes=3, **settings)
