@@ -460,7 +460,9 @@ def _read_or_write_plan(
     if path.is_file():
         try:
             plan = json.loads(path.read_text())
-            changed = [key for key in settings if plan[key] != settings[key]]
+            # The config as typed is not compared (configs/x.yaml and its absolute path are
+            # one file): its contents are, as "config file".
+            changed = [key for key in settings if key != "config" and plan[key] != settings[key]]
         except (ValueError, KeyError, TypeError):
             changed = ["the plan file itself (unreadable, or from an earlier docclass)"]
         if changed:

@@ -247,6 +247,8 @@ def calibrate_command(
         device: cpu, cuda, ...
     """
     resolve_device(device)  # a device this machine lacks fails now, not after the loading
+    if not Path(ckpt).expanduser().exists():
+        raise CheckpointError(f"{ckpt}: no such file; give a checkpoint a fit wrote")
     run_dir = run_dir_of(ckpt)
     if run_dir is None:
         raise CheckpointError(

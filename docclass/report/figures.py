@@ -147,12 +147,15 @@ def removal_curves_figure(tables: dict[str, dict], fractions: Sequence[float]) -
 EXACTLY_ONE_WIDTH = 0.03
 
 
-def reliability_figure(split_figures: dict, temperature: float) -> plt.Figure:
+def reliability_figure(split_figures: dict, temperature: float, where: str = "") -> plt.Figure:
     """Reliability diagram of one split before and after the temperature: per confidence bin,
     the share right (bars) against the mean top probability (the diagonal is perfect), and
-    how many documents fall in each bin."""
+    how many documents fall in each bin. ``where`` names the documents it covers (a report's
+    pages may show others)."""
     figure, axes = plt.subplots(1, 2, figsize=(9, 4), sharey=True)
-    panels = (("before", "raw softmax"), ("after", f"calibrated (T = {temperature:.3f})"))
+    # T = 1 exactly: none was fitted (no temperature in range beat the raw softmax).
+    after = f"calibrated (T = {temperature:.3f})" if temperature != 1.0 else "no temperature fitted"
+    panels = (("before", "raw softmax"), ("after", after))
     for axis, (key, name) in zip(axes, panels, strict=True):
         bins = split_figures["reliability"][key]
         widths = [b["high"] - b["low"] for b in bins]
@@ -177,14 +180,21 @@ def reliability_figure(split_figures: dict, temperature: float) -> plt.Figure:
         axis.set_ylim(0, 1.02)
     axes[0].set_ylabel("share of documents labelled right")
     axes[0].legend(fontsize=8, loc="upper left")
+    if where:
+        figure.suptitle(where, fontsize=10)
     figure.tight_layout()
     return figure
 
 
-def risk_coverage_figure(curve: Sequence[dict], targets: dict[str, dict]) -> plt.Figure:
+def risk_coverage_figure(
+    curve: Sequence[dict], targets: dict[str, dict], where: str = ""
+) -> plt.Figure:
     """Share of documents accepted (most sure first) against the error rate among them, with
-    the coverage each validation-chosen threshold gives on this split."""
+    the coverage each validation-chosen threshold gives on this split (``where``, named in
+    the title)."""
     figure, axis = plt.subplots(figsize=(5.5, 4))
+    if where:
+        axis.set_title(where, fontsize=10)
     axis.plot([p["coverage"] for p in curve], [p["risk"] for p in curve], color="#4c78a8")
     for name, target in targets.items():
         accepted = target.get("test")

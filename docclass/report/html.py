@@ -660,12 +660,15 @@ def _calibration_figure(calibration: dict[str, Any] | None) -> dict[str, str]:
     if not calibration:
         return {}
     split = "test" if "test" in calibration else "validation"
-    figure = reliability_figure(calibration[split], calibration["temperature"])
+    # Named on the figure itself: the run's split, whatever documents the pages show.
+    count = calibration[split].get("before", {}).get("documents")
+    where = f"the run's {split} split" + (f" ({count} documents)" if count else "")
+    figure = reliability_figure(calibration[split], calibration["temperature"], where)
     figures = {"reliability": png_data_uri(figure)}
     curve = calibration[split].get("risk_coverage")
     if curve:
         targets = calibration.get("abstention") or {}
-        figures["risk_coverage"] = png_data_uri(risk_coverage_figure(curve, targets))
+        figures["risk_coverage"] = png_data_uri(risk_coverage_figure(curve, targets, where))
     return figures
 
 

@@ -129,8 +129,7 @@ def _scores_section(facts: dict[str, Any]) -> list[str]:
     lines = ["## Scores", ""]
     lines.append(
         f"On the held-out test split ({_prose(test.get('n_documents', '?'))} documents, never "
-        "used to "
-        f"choose anything): accuracy **{test['accuracy']:.4f}**, macro-F1 "
+        "used to train the weights or choose them): accuracy **{test['accuracy']:.4f}**, macro-F1 "
         f"**{test['macro_f1']:.4f}**."
     )
     if spread:

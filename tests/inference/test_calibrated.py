@@ -243,6 +243,9 @@ def test_the_command_fits_on_validation_only_and_into_a_run_folder(ckpt, tmp_pat
     shutil.copy(ckpt, loose)
     with pytest.raises(CheckpointError, match="not a checkpoint in a training run"):
         main_error(["calibrate", "--ckpt", str(loose), "--data", config])
+    missing = ckpt.parent / "missing.ckpt"  # in a run's checkpoints/ folder, but no file
+    with pytest.raises(CheckpointError, match=r"missing.ckpt: no such file"):
+        main_error(["calibrate", "--ckpt", str(missing), "--data", config])
 
 
 def test_the_command_refuses_a_config_that_reads_another_source(fitted, tmp_path):

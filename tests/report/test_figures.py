@@ -56,3 +56,23 @@ def test_the_reliability_bar_of_sure_documents_stands_apart_and_is_seen():
         assert len(bars) == len(bins) and all(right > left for left, right in bars)
         assert all(a[1] <= b[0] for a, b in itertools.pairwise(bars)), bars  # none over another
         assert figure.axes[0].get_xlim()[1] >= bars[-1][1]
+
+
+def test_the_calibration_figures_name_their_documents_and_an_unfitted_temperature():
+    """Drawn on the run's split, whatever documents the report's pages show: the figures
+    say which, and with no temperature fitted the second panel does not claim one."""
+    import torch
+
+    from docclass.calibration import reliability_bins
+    from docclass.report.figures import reliability_figure, risk_coverage_figure
+
+    bins = reliability_bins(torch.tensor([[0.9, 0.1]] * 4), torch.zeros(4, dtype=torch.long))
+    split = {"reliability": {"before": bins, "after": bins}, "before": {"ece": 0.1},
+             "after": {"ece": 0.1}}  # fmt: skip
+    unfitted = reliability_figure(split, 1.0, "the run's test split (4 documents)")
+    assert unfitted.texts[0].get_text() == "the run's test split (4 documents)"
+    assert unfitted.axes[1].get_title() == "no temperature fitted: ECE 0.100"
+    assert reliability_figure(split, 0.5).axes[1].get_title() == "calibrated (T = 0.500): ECE 0.100"
+    curve = [{"coverage": 0.5, "risk": 0.0}, {"coverage": 1.0, "risk": 0.1}]
+    drawn = risk_coverage_figure(curve, {}, "the run's test split (4 documents)")
+    assert drawn.axes[0].get_title() == "the run's test split (4 documents)"
