@@ -32,7 +32,7 @@ from docclass.artifacts.folder import (
 from docclass.artifacts.load import TrainedClassifier, load_classifier
 from docclass.artifacts.locate import resolve_model
 from docclass.data.sources import SourceSpec, load_source, local_source_path
-from docclass.errors import CheckpointError, DataError
+from docclass.errors import CheckpointError, DataError, UserError
 from docclass.evaluate.agreement import add_agreement
 from docclass.evaluate.counterfactual import add_counterfactuals, search_limit
 from docclass.evaluate.erasure import (
@@ -768,6 +768,7 @@ def report_command(
             each method's plausibility (token F1, IOU F1, AUPRC) to the report.
     """
     resolve_device(device)  # a device this machine lacks fails now, not after the loading
+    refuse_out_that_is_no_folder(out)
     if rationales:
         read_rationales(rationales)  # a bad file fails now, not after the explaining
     documents = load_documents(data, ckpt, split, text_column, label_column)
@@ -793,6 +794,16 @@ def report_command(
         f"→ {summary['index']}"
     )
     return summary
+
+
+def refuse_out_that_is_no_folder(out: str | Path) -> None:
+    """``--out`` naming a file (or a path through one) was a FileExistsError traceback, for
+    ``faithfulness`` after all its measuring."""
+    for path in (Path(out), *Path(out).parents):
+        if path.exists() and not path.is_dir():
+            raise UserError(f"--out {out}: {path} is a file, not a folder; give a folder")
+        if path.exists():
+            return
 
 
 def model_name(ckpt: str, run_dir: Path | None) -> str:
@@ -842,6 +853,7 @@ def faithfulness_command(
             each method's plausibility (token F1, IOU F1, AUPRC).
     """
     resolve_device(device)
+    refuse_out_that_is_no_folder(out)  # now, not after every figure is measured
     evidence = read_rationales(rationales) if rationales else None
     classifier = load_classifier(ckpt)
     documents = load_documents(data, ckpt, split, command="faithfulness")

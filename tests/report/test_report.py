@@ -891,3 +891,26 @@ def test_a_report_of_a_sources_validation_split_explains_that_split(tmp_path):
     # One file has no splits: explained whole, whatever --split says.
     whole = load_documents(str(tmp_path / "train.csv"), ckpt="not read", split="validation")
     assert len(whole.texts) == 5 and "all rows" in whole.description
+
+
+@pytest.mark.fault(
+    "report or faithfulness with `--out` naming a file, or a path through one",
+    "one line before anything is loaded or measured; never a FileExistsError traceback after "
+    "the measuring",
+)
+@pytest.mark.parametrize("command", ["report", "faithfulness"])
+def test_an_out_that_is_a_file_is_refused_before_anything_runs(tmp_path, monkeypatch, command):
+    from docclass.errors import UserError
+    from docclass.inference import reporting
+
+    def loaded(*_args, **_kwargs):
+        raise AssertionError("the model was loaded before --out was checked")
+
+    monkeypatch.setattr(reporting, "load_classifier", loaded)
+    monkeypatch.setattr(reporting, "load_documents", loaded)
+    run = getattr(reporting, f"{command}_command")
+    taken = tmp_path / "notes.txt"
+    taken.write_text("not a folder")
+    for out in (taken, taken / "report"):
+        with pytest.raises(UserError, match=f"--out {out}: {taken} is a file, not a folder"):
+            run(ckpt="model.ckpt", data="bbc", out=str(out))
