@@ -105,7 +105,7 @@ def documents_from_datamodule(datamodule: DocDataModule, split: str) -> Document
 
 
 def _documents_from_source(
-    source: str, split: str, text_column: str, label_column: str | None
+    source: str, split: str, text_column: str, label_column: str | None, trained_on: bool = False
 ) -> Documents:
     # load_source keys splits by role: any split but train and test is asked for as the
     # validation one, which it refuses when absent (`validation` explained train's documents).
@@ -120,6 +120,14 @@ def _documents_from_source(
         )
     )
     chosen = role if role in loaded.splits else "train"
+    if trained_on and (chosen != role or Path(source).is_file()):
+        # Its documents are the ones the model trained on, held out only as its run split them:
+        # explained and scored as new, they read as a model far surer and righter than it is.
+        raise DataError(
+            f"{source}: the model trained on it, and it has no {split!r} split of its own, so "
+            "every document would be explained, training ones among them; report with the "
+            "run's config (--data <its .yaml>) to explain the run's own held-out split"
+        )
     dataset = loaded.splits[chosen]
     if Path(source).is_file():
         # One file has no splits: every row is explained, whatever --split says.
@@ -277,7 +285,19 @@ def load_documents(
             check_folder_split(ckpt, local, data, datamodule, command)
         return documents_from_datamodule(datamodule, split)
     # A source from a config or the API keeps its ~ (no shell expanded it).
-    return _documents_from_source(os.path.expanduser(data), split, text_column, label_column)
+    source = os.path.expanduser(data)
+    return _documents_from_source(
+        source, split, text_column, label_column, _trained_on(ckpt, source)
+    )
+
+
+def _trained_on(ckpt: str, source: str) -> bool:
+    """Whether the model ``ckpt`` names trained on ``source``, as its run or folder records."""
+    run_dir = run_dir_of(ckpt)
+    if run_dir is not None:
+        return trained_source_matches(run_dir, source) is True
+    local = resolve_model(ckpt)
+    return local.is_dir() and names_the_folders_source(read_folder_config(local), source)
 
 
 def stratified_sample(

@@ -914,3 +914,19 @@ def test_an_out_that_is_a_file_is_refused_before_anything_runs(tmp_path, monkeyp
     for out in (taken, taken / "report"):
         with pytest.raises(UserError, match=f"--out {out}: {taken} is a file, not a folder"):
             run(ckpt="model.ckpt", data="bbc", out=str(out))
+
+
+@pytest.mark.fault(
+    "report of a model with `--data` the very source it trained on, which has no test split "
+    "(`--data bbc` for a BBC-trained run), or a single file it trained on",
+    "one line pointing to the run's config; never its training documents explained and "
+    "scored as new ones",
+)
+def test_a_report_of_the_source_a_model_trained_on_without_its_split_is_refused(fitted):
+    from docclass.inference.reporting import load_documents
+
+    ckpt = str(fitted / "checkpoints" / "last.ckpt")
+    with pytest.raises(DataError, match="bbc: the model trained on it, and it has no 'test'"):
+        load_documents("bbc", ckpt)
+    # Asked for as training documents, they are what the user asked for.
+    assert len(load_documents("bbc", ckpt, split="train").texts) > 0
