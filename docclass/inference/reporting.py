@@ -514,11 +514,15 @@ def _known_labels(
     pages and in the sample, but the confusion matrix, and so the accuracy, skipped them
     ("SPORT" for "sport", a new class)."""
     labels, known = documents.labels[:limit], set(names)
+    description = documents.description
+    if limit is not None and limit < len(documents.texts):
+        # The cards' figures are the first documents', not the split's the subtitle names.
+        description += f" · its first {limit} documents only"
     unknown = collections.Counter(
         label for label in labels if label is not None and label not in known
     )
     if not unknown:
-        return labels, documents.description
+        return labels, description
     said = (
         f"{sum(unknown.values())} label(s) the model has no class for, read as unlabelled: "
         f"{', '.join(repr(name) for name, _ in unknown.most_common(3))}"
@@ -526,7 +530,7 @@ def _known_labels(
     )
     log.warning("%s", said)
     kept = [label if label in known else None for label in labels]
-    return kept, f"{documents.description} · {said}"
+    return kept, f"{description} · {said}"
 
 
 def _refuse_diverged(records: list[dict[str, Any]], documents: Documents) -> None:

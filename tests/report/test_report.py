@@ -287,6 +287,8 @@ def test_report_command_from_a_config_and_from_an_unlabelled_file(fitted, tmp_pa
     index = (tmp_path / "test" / "index.html").read_text(encoding="utf-8")
     assert "Training curves" in index and "test accuracy" in index  # the run's own figures
     assert f"<h1>docclass report · {fitted.name}</h1>" in index  # not "last.ckpt"
+    # The cards count the 20 shown, and the subtitle says they are not the whole split.
+    assert f"test split ({len(split['test'])} documents) · its first 20 documents only" in index
     assert all(r["faithfulness"]["methods"]["random"] for r in records)
     assert 'id="faithfulness-table"' in index
 
