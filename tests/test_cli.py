@@ -588,3 +588,18 @@ def test_evaluating_with_another_length_or_tokenizer_than_the_checkpoints_is_ref
                             "--trainer.default_root_dir", str(tmp_path / "run"))  # fmt: skip
     assert f"--data.tokenizer_from {other}: its tokenizer or labels are not those of" in line
     assert not (tmp_path / "run" / "metrics.json").exists()
+    # A checkpoint of no limit is held to it as well.
+    checkpoint["docclass"].update(label_names=checkpoint["docclass"]["label_names"][::-1],
+                                  max_tokens=None)  # fmt: skip
+    torch.save(checkpoint, other)
+    digest = hashlib.sha256(other.read_bytes()).hexdigest()
+    (tmp_path / "other.ckpt.sha256").write_text(f"{digest}  other.ckpt\n")
+    line = one_line_failure(capsys, "test", "--config", TINY, "--ckpt_path", str(other),
+                            "--trainer.default_root_dir", str(tmp_path / "run"))  # fmt: skip
+    assert "reads whole documents" in line and "--data.max_tokens null" in line
+    # The model's own export folder names the same tokenizer (pretty-printed): accepted.
+    folder = tmp_path / "model"
+    run_cli("export", "--ckpt", str(last), "--out", str(folder))
+    run_cli("test", "--config", TINY, "--ckpt_path", str(last), "--data.tokenizer_from",
+            str(folder), "--trainer.default_root_dir", str(tmp_path / "run"))  # fmt: skip
+    assert (tmp_path / "run" / "metrics.json").exists()

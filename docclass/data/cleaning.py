@@ -163,8 +163,15 @@ def refuse_spellings_of_one_label(
         )
 
 
-# Characters that show nothing: zero-width space, word joiner, byte-order mark, soft hyphen.
-INVISIBLE = dict.fromkeys(map(ord, "\u200b\u2060\ufeff\u00ad"))
+# Characters that show nothing: zero-width space, word joiner, byte-order mark, soft hyphen,
+# and the direction marks, embeddings and isolates.
+INVISIBLE = dict.fromkeys(
+    map(
+        ord,
+        "\u200b\u2060\ufeff\u00ad\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+        "\u2066\u2067\u2068\u2069",
+    )
+)
 
 
 def _label_key(name: str) -> str:

@@ -354,19 +354,17 @@ def read_split_class_folders(root: Path, roles: dict[str, Path]) -> LoadedSource
         stats.update(loaded.stats)
         classes[role] = loaded.label_names or []
     # aclImdb's train/unsup/ holds 50,000 unlabelled reviews: read as a class, two thirds of
-    # training would be a class no test document has. A training class folder that a held-out
-    # folder lacks is left out, and named (one a held-out folder alone has is refused later).
-    held_out = [classes[role] for role in ("val", "test") if role in classes]
-    alone = [name for name in classes["train"] if any(name not in other for other in held_out)]
+    # training would be a class no test document has. Refused rather than left out: dropping a
+    # real class in silence would be as wrong.
+    test_classes = classes.get("test")
+    alone = [name for name in classes["train"] if test_classes and name not in test_classes]
     if alone:
-        log.warning(
-            "%s: class folder(s) %s of %s/ have no held-out counterpart: not read (unlabelled "
-            "documents, as aclImdb's unsup/; give them held-out documents to train them as a "
-            "class)", root, alone, roles["train"].name,
-        )  # fmt: skip
-        train = splits["train"]
-        splits["train"] = train.select([i for i, y in enumerate(train["label"]) if y not in alone])
-    return LoadedSource(splits, [c for c in classes["train"] if c not in alone], dict(stats))
+        raise DataError(
+            f"{root}: class folder(s) {alone} of {roles['train'].name}/ have no "
+            f"{roles['test'].name}/ counterpart; move unlabelled documents (as aclImdb's "
+            "unsup/) out of the training folder, or give the class test documents"
+        )
+    return LoadedSource(splits, classes["train"], dict(stats))
 
 
 def _warn_of_entries_not_read(root: Path, folders: list[Path], class_dirs: list[Path]) -> None:

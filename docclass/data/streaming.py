@@ -40,6 +40,14 @@ from docclass.errors import DataError
 log = logging.getLogger(__name__)
 
 
+def stream_files(stream: str) -> list[str] | None:
+    """The local files ``stream`` names, sorted (a file that exists is that file, even where
+    its name holds glob characters, a[2].jsonl), or None for a hub dataset's name."""
+    stream = os.path.expanduser(stream)
+    pattern = any(c in stream for c in "*?[")
+    return [stream] if Path(stream).is_file() else sorted(glob.glob(stream)) if pattern else None
+
+
 def open_stream(
     stream: str,
     hub_config: str | None = None,
@@ -50,10 +58,8 @@ def open_stream(
     """``stream`` as a ``datasets.IterableDataset`` with ``text`` and ``label`` columns.
     A path from a config reaches here with its ``~`` (no shell expanded it): expanded."""
     stream = os.path.expanduser(stream)
-    # A file that exists is that file, even where its name holds glob characters (a[2].jsonl;
-    # datasets reads data_files as patterns, so each is escaped for it).
-    pattern = any(c in stream for c in "*?[")
-    files = [stream] if Path(stream).is_file() else sorted(glob.glob(stream)) if pattern else None
+    files = stream_files(stream)
+    # datasets reads data_files as patterns: each file is escaped for it.
     escaped = [glob.escape(f) for f in files or []]
     if files is not None:
         if not files:

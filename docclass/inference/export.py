@@ -79,7 +79,7 @@ def run_facts(run_dir: Path | None, fingerprint: str) -> dict[str, Any]:
         facts["data"] = {k: v for k, v in metrics["data"].items() if k != "source_path"}
         where = metrics["data"].get("source_path")  # fit records it for a local source alone
         if where and facts["data"].get("source") is not None:
-            facts["data"]["source"] = Path(str(facts["data"]["source"])).name or where
+            facts["data"]["source"] = Path(str(facts["data"]["source"])).name or Path(where).name
             # Which file or folder it was, without saying where: a report of the folder from
             # a config reading that same path is held to the folder's split.
             facts["data"][SOURCE_PATH_SHA256] = path_digest(where)

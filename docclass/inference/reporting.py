@@ -123,10 +123,11 @@ def _documents_from_source(
     if trained_on and (chosen != role or Path(source).is_file()):
         # Its documents are the ones the model trained on, held out only as its run split them:
         # explained and scored as new, they read as a model far surer and righter than it is.
+        why = "a file has no splits" if Path(source).is_file() else f"it has no {split!r} split"
         raise DataError(
-            f"{source}: the model trained on it, and it has no {split!r} split of its own, so "
-            "every document would be explained, training ones among them; report with the "
-            "run's config (--data <its .yaml>) to explain the run's own held-out split"
+            f"{source}: the model trained on it, and {why}, so every document would be "
+            "explained, training ones among them; report with the run's config (--data <its "
+            ".yaml>) to explain the run's own held-out split"
         )
     dataset = loaded.splits[chosen]
     if Path(source).is_file():

@@ -129,8 +129,8 @@ def _scores_section(facts: dict[str, Any]) -> list[str]:
     lines = ["## Scores", ""]
     lines.append(
         f"On the held-out test split ({_prose(test.get('n_documents', '?'))} documents, never "
-        "used to train the weights or choose them): accuracy **{test['accuracy']:.4f}**, macro-F1 "
-        f"**{test['macro_f1']:.4f}**."
+        "used to train the weights or choose them): "
+        f"accuracy **{test['accuracy']:.4f}**, macro-F1 **{test['macro_f1']:.4f}**."
     )
     if spread:
         accuracy, macro_f1 = spread["accuracy"], spread["macro_f1"]

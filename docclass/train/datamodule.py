@@ -42,6 +42,7 @@ from docclass.data.streaming import (
     ResumedStreamLoader,
     StreamedBatches,
     open_stream,
+    stream_files,
     stream_sample,
 )
 from docclass.data.tokenizer import (
@@ -59,8 +60,14 @@ SPLITS = ("train", "val", "test")
 SPLIT_KEY = "split_sha256"
 # Where a checkpoint keeps the data settings its batches were made with.
 BATCHING_KEY = "batching"
-# The stream itself is not compared: the same files may be spelt another way (./s/*.jsonl).
-STREAM_BATCHING = ("num_workers", "bucket_documents", "shuffle_buffer", "steps_per_epoch")
+# The stream by the files it reads (stream_files: the same files may be spelt another way).
+STREAM_BATCHING = (
+    "stream_files",
+    "num_workers",
+    "bucket_documents",
+    "shuffle_buffer",
+    "steps_per_epoch",
+)
 
 
 def check_settings(**settings) -> None:
@@ -279,9 +286,7 @@ class DocDataModule(pl.LightningDataModule):
             self.stats["source_path"] = str(local)
         self.stats["documents_read"] = sum(len(d) for d in splits.values())
         splits = self._split(self._clean(splits))
-        if not self.stream and not artifact:
-            # A stream trains (the source's training split is not read); a checkpoint's
-            # labels (report, test, calibrate) come from the data it trained on.
+        if not self.stream:  # a stream trains; the source's training split is not read
             refuse_classes_without_training(splits, self.label_names, self.source_spec.source)
         self.splits = splits
         if artifact:
@@ -638,6 +643,18 @@ class DocDataModule(pl.LightningDataModule):
             "seed": self.seed,
             **streamed,
         }
+
+    @property
+    def stream_files(self) -> str | None:
+        """What a streamed fit reads, however the stream is spelt: SHA-256 of its resolved
+        files' paths (a hub dataset: its name)."""
+        if not self.stream:
+            return None
+        files = stream_files(self.stream)
+        if files is None:
+            return self.stream
+        listed = "\n".join(sorted(str(Path(f).resolve()) for f in files))
+        return hashlib.sha256(listed.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
     def split_fingerprint(self) -> str:
         """SHA-256 of every split's ids and text hashes, in order; computed once."""

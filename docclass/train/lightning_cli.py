@@ -8,6 +8,7 @@ logs, and after testing ``metrics.json``, ``split.json`` and the predictions.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import warnings
@@ -264,20 +265,25 @@ class TrainingCLI(LightningCLI):
         given = config.data.tokenizer_from
         if given and Path(given).expanduser().resolve() != Path(ckpt_path).resolve():
             other = read_artifact(Path(given).expanduser())
-            if (other["tokenizer"], other["label_names"]) != (
-                artifact["tokenizer"],
-                artifact["label_names"],
-            ):
+            # Parsed: a model folder keeps the same tokenizer pretty-printed.
+            theirs = (json.loads(other["tokenizer"]), other["label_names"])
+            if theirs != (json.loads(artifact["tokenizer"]), artifact["label_names"]):
                 raise ConfigError(
                     f"--data.tokenizer_from {given}: its tokenizer or labels are not those of "
                     f"--ckpt_path {ckpt_path}; drop it (the checkpoint's own are read)"
                 )
+        # A checkpoint of no limit (None) is held to it too; one from before the key, not.
         limit = artifact.get("max_tokens")
-        if self.subcommand != "fit" and limit and config.data.max_tokens != limit:
+        if (
+            self.subcommand != "fit"
+            and "max_tokens" in artifact
+            and config.data.max_tokens != limit
+        ):
+            reach = "whole documents" if limit is None else f"documents up to {limit} tokens"
             raise ConfigError(
-                f"data.max_tokens {config.data.max_tokens}: {ckpt_path} reads documents up to "
-                f"{limit} tokens, as classify and serve do; {self.subcommand} with "
-                f"--data.max_tokens {limit}"
+                f"data.max_tokens {config.data.max_tokens}: {ckpt_path} reads {reach}, as "
+                f"classify and serve do; {self.subcommand} with "
+                f"--data.max_tokens {'null' if limit is None else limit}"
             )
 
     def instantiate_trainer(self, **kwargs):

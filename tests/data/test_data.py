@@ -637,7 +637,7 @@ def test_labels_spelt_two_ways_are_refused(tmp_path):
     )
     assert "label(s) [' sport', 'Sport', 'sport'] differ only in case, spaces or" in message
     # The same word in two Unicode forms, or with an invisible character, is one label too.
-    for spelt in ("cafe\u0301", "caf\u00e9\u200b"):
+    for spelt in ("cafe\u0301", "caf\u00e9\u200b", "caf\u00e9\u200e"):
         message = one_line_error(source=labelled_csv(tmp_path, ["caf\u00e9", spelt, "tech"] * 5))
         spellings = ascii(sorted(["caf\u00e9", spelt]))
         assert f"label(s) {spellings} differ only in case" in message
@@ -1237,11 +1237,11 @@ def test_split_files_with_other_columns_are_named_as_such(tmp_path, test_columns
 @pytest.mark.fault(
     "a folder laid out as aclImdb is: `train/<class>/*.txt` and `test/<class>/*.txt` (with "
     "`.txt` files beside the classes, and a `train/unsup/` of unlabelled documents)",
-    "each split folder's class folders read as that split, ids prefixed with its name, a "
-    "training class folder with no test counterpart left out with a warning; never `train` and "
+    "each split folder's class folders read as that split, ids prefixed with its name; a "
+    "training class folder with no test counterpart refused in one line; never `train` and "
     "`test` read as two classes, `unsup` trained as one, nor each line of a file as a document",
 )
-def test_split_folders_of_class_folders_are_read_as_their_splits(tmp_path, caplog):
+def test_split_folders_of_class_folders_are_read_as_their_splits(tmp_path):
     root = tmp_path / "aclImdb"
     for split, classes in (("train", ("neg", "pos", "unsup")), ("test", ("neg", "pos"))):
         for name in classes:
@@ -1250,15 +1250,15 @@ def test_split_folders_of_class_folders_are_read_as_their_splits(tmp_path, caplo
                 (root / split / name / f"{i}_7.txt").write_text(f"{name} {split} {i}\nline two")
         (root / split / "urls_pos.txt").write_text("http://a\nhttp://b\n")
     (root / "imdbEr.txt").write_text("0.1\n")
-    with caplog.at_level("WARNING", logger="docclass"):
-        loaded = load_source(SourceSpec(str(root)))
+    with pytest.raises(DataError, match=r"class folder\(s\) \['unsup'\] of train/ have no test/"):
+        load_source(SourceSpec(str(root)))
+    shutil.rmtree(root / "train" / "unsup")
+    loaded = load_source(SourceSpec(str(root)))
     assert loaded.label_names == ["neg", "pos"]
     assert {role: len(split) for role, split in loaded.splits.items()} == {"train": 6, "test": 6}
-    assert set(loaded.splits["train"]["label"]) == {"neg", "pos"}
     test = loaded.splits["test"]
     assert test["id"][0] == "test/neg/0_7.txt" and test["text"][0] == "neg test 0\nline two"
     assert test["label"] == ["neg"] * 3 + ["pos"] * 3
-    assert "['unsup'] of train/ have no held-out counterpart: not read" in caplog.text
     data = DocDataModule(source=str(root), tokenizer=SMALL_TOKENIZER, val_fraction=0.34)
     data.prepare()
     assert sorted(data.splits["test"]["id"]) == sorted(test["id"])

@@ -431,11 +431,14 @@ def test_a_stream_file_whose_name_holds_glob_characters_is_that_file(tmp_path):
 
 @pytest.mark.fault(
     "a streamed fit resumed with another `data.num_workers`, `bucket_documents`, "
-    "`shuffle_buffer` or `steps_per_epoch`",
+    "`shuffle_buffer`, `steps_per_epoch` or stream files (the same files spelt another way "
+    "are the same stream)",
     "refused in one line naming the setting and the checkpoint's value; never some documents "
     "trained twice in the epoch and others not at all",
 )
-@pytest.mark.parametrize("changed", [{"num_workers": 2}, {"shuffle_buffer": 50}])
+@pytest.mark.parametrize(
+    "changed", [{"num_workers": 2}, {"shuffle_buffer": 50}, {"stream": "train-[01].jsonl"}]
+)
 def test_a_streamed_fit_resumed_with_other_stream_settings_is_refused(corpus, changed):
     from types import SimpleNamespace
 
@@ -447,12 +450,18 @@ def test_a_streamed_fit_resumed_with_other_stream_settings_is_refused(corpus, ch
     first = DocDataModule(**settings)
     recorded = {"epoch": 0, "batches_done": 3, BATCHING_KEY: first._batching()}
     assert recorded[BATCHING_KEY]["num_workers"] == 0
-    resumed = DocDataModule(**settings, **changed)
-    resumed.trainer = SimpleNamespace(state=SimpleNamespace(fn="fit"), ckpt_path="last.ckpt")
-    name = next(iter(changed))
+    if "stream" in changed:
+        changed = {"stream": str(root / changed["stream"])}
+    resumed = DocDataModule(**{**settings, **changed})
+    fitting = SimpleNamespace(state=SimpleNamespace(fn="fit"), ckpt_path="last.ckpt")
+    resumed.trainer = fitting
+    name = "stream_files" if "stream" in changed else next(iter(changed))
     with pytest.raises(DataError, match=f"changed: data.{name} .*the checkpoint's"):
         resumed.load_state_dict(recorded)
-    DocDataModule(**settings).load_state_dict(recorded)  # the same settings: resumed
+    # The same settings, the stream spelt another way: resumed.
+    again = DocDataModule(**{**settings, "stream": str(root / "." / "train-?.jsonl")})
+    again.trainer = fitting
+    again.load_state_dict(recorded)
 
 
 def test_a_stream_whose_text_column_holds_numbers_is_refused(tmp_path):

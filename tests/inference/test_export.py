@@ -91,6 +91,8 @@ def test_model_card_states_what_the_run_measured(exported, fitted):
     metrics = json.loads((fitted / "metrics.json").read_text())
     result = meta["model-index"][0]["results"][0]["metrics"]
     assert result[0] == {"type": "accuracy", "value": round(metrics["test"]["accuracy"], 4)}
+    test = metrics["test"]
+    assert f"accuracy **{test['accuracy']:.4f}**, macro-F1 **{test['macro_f1']:.4f}**" in card
     report = json.loads((fitted / "report" / "report.json").read_text())
     table = report["faithfulness"]["methods"]
     config = json.loads((exported / "config.json").read_text())

@@ -928,7 +928,7 @@ def test_a_report_of_the_source_a_model_trained_on_without_its_split_is_refused(
     from docclass.inference.reporting import load_documents
 
     ckpt = str(fitted / "checkpoints" / "last.ckpt")
-    with pytest.raises(DataError, match="bbc: the model trained on it, and it has no 'test'"):
+    with pytest.raises(DataError, match="bbc: the model trained on it, and it has no 'test' s"):
         load_documents("bbc", ckpt)
     # Asked for as training documents, they are what the user asked for.
     assert len(load_documents("bbc", ckpt, split="train").texts) > 0
