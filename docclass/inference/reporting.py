@@ -297,7 +297,10 @@ def _trained_on(ckpt: str, source: str) -> bool:
     run_dir = run_dir_of(ckpt)
     if run_dir is not None:
         return trained_source_matches(run_dir, source) is True
-    local = resolve_model(ckpt)
+    try:
+        local = resolve_model(ckpt)
+    except CheckpointError:
+        return False  # no model there: loading it says so, in its own words
     return local.is_dir() and names_the_folders_source(read_folder_config(local), source)
 
 
