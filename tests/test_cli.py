@@ -280,6 +280,20 @@ def test_learned_positions_shorter_than_documents_refused_at_start(capsys, tmp_p
     assert "learned positions cover 32 tokens but data.max_tokens is 64" in line
 
 
+@pytest.mark.fault(
+    "config: learned positions that cover `data.max_tokens` but not its batches padded to "
+    "`data.pad_to_multiple`",
+    "refused at start-up in one line naming pad_to_multiple, not at the first batch",
+)
+def test_learned_positions_shorter_than_padded_batches_refused_at_start(capsys, tmp_path):
+    line = one_line_failure(
+        capsys, "fit", "--config", TINY, "--model.positions", "learned",
+        "--model.max_positions", "64", "--data.pad_to_multiple", "48",
+        "--trainer.default_root_dir", str(tmp_path),
+    )  # fmt: skip
+    assert "data.pad_to_multiple 48 pads batches of data.max_tokens 64 to 96" in line
+
+
 def test_whole_documents_without_truncation(tmp_path):
     run_cli(
         "fit", "--config", TINY, "--data.max_tokens", "null", "--data.eval_batch_size", "16",

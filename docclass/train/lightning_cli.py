@@ -27,6 +27,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from docclass.artifacts.encoders import encoder_model_settings, locate_encoder
 from docclass.artifacts.load import read_artifact, verify_checkpoint
+from docclass.data.batching import padded_length
 from docclass.errors import CheckpointError, ConfigError
 from docclass.files import lock_folder
 from docclass.train.callbacks import (
@@ -247,6 +248,16 @@ class TrainingCLI(LightningCLI):
             positions, max_positions = settings["positions"], settings["max_positions"]
         # With encoder windows the positions restart in every window: only the window must fit.
         span = window or max_tokens
+        multiple = config.data.pad_to_multiple
+        if positions == "learned" and span == max_tokens and span is not None and multiple >= 1:
+            if span <= max_positions < padded_length(span, multiple):
+                # Every column gets a position, padding too: the first full batch failed.
+                raise ConfigError(
+                    f"learned positions cover {max_positions} tokens but data.pad_to_multiple "
+                    f"{multiple} pads batches of data.max_tokens {max_tokens} to "
+                    f"{padded_length(span, multiple)}; choose a data.pad_to_multiple that "
+                    f"divides {max_positions}"
+                )
         if positions == "learned" and (span is None or span > max_positions):
             # Caught here rather than at the first long batch, minutes into training.
             raise ConfigError(
