@@ -185,18 +185,25 @@ class TrainingCLI(LightningCLI):
             if kept and value != kept.get(name) and str(value) != str(kept.get(name))
         ]
         # Every DDP rank parses the command line; one warning is enough.
-        if replaced and rank_zero_only.rank == 0:
+        if replaced and rank_zero_only.rank == 0 and subcommand == "fit":
             log.warning(
                 "%s: a resumed fit keeps its checkpoint's model settings; not used: %s. Start "
                 "a new run (without --ckpt_path) to train with them",
                 ckpt_path, ", ".join(replaced),
             )  # fmt: skip
+        elif replaced and rank_zero_only.rank == 0:
+            log.warning(
+                "%s: %s scores the network the checkpoint saved, with its model settings; "
+                "not used: %s", ckpt_path, subcommand, ", ".join(replaced),
+            )  # fmt: skip
 
     def _given_model_settings(self, subcommand: str | None) -> dict:
-        """The model settings a config or a flag gave a fit: those differing from the parser's
-        defaults (a run resumed without --config would otherwise name every built-in default
-        the checkpoint's run had changed)."""
-        given = self.config[subcommand].get("model") if subcommand == "fit" else None
+        """The model settings a config or a flag gave a subcommand: those differing from the
+        parser's defaults (a run resumed without --config would otherwise name every built-in
+        default the checkpoint's run had changed)."""
+        given = (
+            self.config[subcommand].get("model") if subcommand in LIGHTNING_SUBCOMMANDS else None
+        )
         given = given.as_dict() if given is not None else {}
         if not given:
             return {}

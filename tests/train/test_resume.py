@@ -546,6 +546,16 @@ def test_a_resumed_fit_names_the_given_model_settings_it_does_not_use(tmp_path, 
     main(["fit", "--config", str(no_model), "--trainer.callbacks=[]", "--report_after_fit",
           "false", "--trainer.default_root_dir", str(tmp_path / "defaults"), *resumed])  # fmt: skip
     assert not [r for r in caplog.records if "resumed fit" in r.getMessage()]
+    # test, validate and predict score the saved network too: a setting given is said unused.
+    caplog.clear()
+    main(["test", "--config", str(CONFIGS / "tiny.yaml"), "--ckpt_path", str(last), "--model.lr",
+          "0.003", "--trainer.default_root_dir", str(tmp_path / "tested")])  # fmt: skip
+    said = [r.getMessage() for r in caplog.records if "with its model settings" in r.getMessage()]
+    assert (
+        len(said) == 1
+        and "test scores" in said[0]
+        and "lr 0.003 (the checkpoint's: 0.5)" in said[0]
+    )
 
 
 @pytest.mark.fault(
