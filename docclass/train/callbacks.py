@@ -272,7 +272,10 @@ class RunReport(pl.Callback):
     def __init__(self, run_config: dict | None = None) -> None:
         self.run_config = run_config or {}
         self.train_seconds: float | None = None
+        # The figures of the latest validation pass, and the training step it saw: kept beside
+        # the test figures only where it saw the weights tested (the fit's end makes sure).
         self.final_validation: dict[str, float] = {}
+        self.validated_at_step: int | None = None
         self._fit_started = 0.0
         self._test_started = 0.0
         self._preds: list[torch.Tensor] = []
@@ -283,12 +286,16 @@ class RunReport(pl.Callback):
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.train_seconds = time.perf_counter() - self._fit_started
-        # The last validation pass saw the final weights: keep it beside the test figures.
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
         self.final_validation = {
             key.split("/", 1)[1]: float(value)
             for key, value in trainer.callback_metrics.items()
             if key.startswith("val/")
         }
+        self.validated_at_step = trainer.global_step
 
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._preds, self._labels, self._indices = [], [], []

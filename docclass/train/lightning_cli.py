@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import IO, Any
 
 import torch.distributed as dist
 from jsonargparse import ArgumentError
+from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
@@ -49,8 +51,11 @@ LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
 DEFAULT_RUN_DIR = "reports/run"
 
 # Named checkpoints Lightning resolves itself; anything else given as ckpt_path is a file.
-# ("registry" is left out on purpose: Lightning would download it, unpinned.)
-LIGHTNING_CKPT_ALIASES = {"last", "best", "hpc"}
+# ("registry" is left out on purpose: Lightning would download it, unpinned. "hpc" is resolved
+# here: Lightning's look reads the hash record hpc_ckpt_1.ckpt.sha256 as checkpoint 1256.)
+LIGHTNING_CKPT_ALIASES = {"last", "best"}
+# The checkpoints Lightning writes on SLURM's requeue signal, in the run folder.
+HPC_CHECKPOINT = re.compile(r"hpc_ckpt_(\d+)\.ckpt")
 
 
 class TrainingCLI(LightningCLI):
@@ -144,6 +149,17 @@ class TrainingCLI(LightningCLI):
             root = os.path.expanduser(str(section.trainer.default_root_dir))
             section.trainer.default_root_dir = root
         ckpt_path = section.get("ckpt_path") if section is not None else None
+        if ckpt_path == "hpc" or (ckpt_path is None and subcommand == "fit" and on_slurm()):
+            # A requeued SLURM job resumes from its newest hpc checkpoint, as Lightning's own
+            # choice would, but through docclass's checks, settings and tokenizer.
+            newest = self._newest_hpc_checkpoint(section)
+            if newest is None and ckpt_path == "hpc":
+                raise CheckpointError(
+                    f"--ckpt_path hpc: {self._run_dir(section)} holds no hpc_ckpt_N.ckpt (a "
+                    "SLURM job writes one when it is requeued); give last or a checkpoint file"
+                )
+            if newest is not None:
+                section.ckpt_path = ckpt_path = newest
         if ckpt_path in ("last", "best"):
             # Lightning's CLI reads a named file's settings but not `last`'s, so the config's
             # built another network than the weights it resumed, silently. `last` (and `best`)
@@ -221,6 +237,16 @@ class TrainingCLI(LightningCLI):
         """The file Lightning's ``last``/``best`` names in this run's folder, if it is there."""
         named = cls._run_dir(section) / "checkpoints" / f"{alias}.ckpt"
         return str(named) if named.is_file() else None
+
+    @classmethod
+    def _newest_hpc_checkpoint(cls, section) -> str | None:
+        run_dir = cls._run_dir(section)
+        found = [
+            (int(match[1]), path)
+            for path in (run_dir.iterdir() if run_dir.is_dir() else ())
+            if (match := HPC_CHECKPOINT.fullmatch(path.name)) and path.is_file()
+        ]
+        return str(max(found)[1]) if found else None
 
     @staticmethod
     def _checkpoint_file(ckpt_path: str) -> str:
@@ -333,6 +359,11 @@ class TrainingCLI(LightningCLI):
                     filename="last",
                     save_top_k=1,
                     enable_version_counter=False,
+                    # At every epoch's end, validated or not: Lightning's default saves after
+                    # validation only where validation is not every epoch's end
+                    # (check_val_every_n_epoch 2, val_check_interval 0.5), and the after-fit
+                    # test then scored weights that no file held.
+                    save_on_train_epoch_end=True,
                 ),
                 *_step_checkpoints(run_dir, run_config.get("checkpoint_every_n_steps")),
                 *_token_budget(run_config.get("train_tokens")),
@@ -379,11 +410,29 @@ class TrainingCLI(LightningCLI):
         if not self.config.fit.get("test_after_fit") or self.trainer.interrupted:
             return
         # The weights in memory are the last epoch's: validation is too small to pick epochs.
-        self.trainer.test(self.model, datamodule=self.datamodule, verbose=False)
+        # On SLURM, Lightning would load the newest hpc checkpoint into the model first (its
+        # default for every stage there), and test a requeued run's older weights: last.ckpt,
+        # written at the fit's end, holds the ones in memory.
+        weights = str(Path(self.trainer.default_root_dir) / "checkpoints" / "last.ckpt")
+        evaluated = {"datamodule": self.datamodule, "verbose": False}
+        evaluated["ckpt_path"] = weights if on_slurm() else None
+        report = next((c for c in self.trainer.callbacks if isinstance(c, RunReport)), None)
+        if report is not None and report.validated_at_step != self.trainer.global_step:
+            # The last validation pass saw older weights (check_val_every_n_epoch 2, max_steps
+            # inside an epoch) or none ran (a finished run fitted again from last.ckpt):
+            # metrics.json's figures of validation are of the weights tested, or of none.
+            self.trainer.validate(self.model, **evaluated)
+        self.trainer.test(self.model, **evaluated)
         self.after_test()
 
     def after_test(self) -> None:
         """What to do once ``metrics.json`` is written; the command line draws the figures."""
+
+
+def on_slurm() -> bool:
+    """Whether Lightning runs this process as a SLURM task (and so resumes and evaluates from
+    hpc checkpoints when given no checkpoint)."""
+    return SLURMEnvironment.detect()
 
 
 def _with_checkpoint_saving(plugins: Any) -> list:

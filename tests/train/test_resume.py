@@ -1114,3 +1114,72 @@ def test_a_resumed_fit_with_other_batch_settings_is_refused(tmp_path, capsys, ch
     assert torch.load(last, weights_only=True)["epoch"] == 0
     fit("--trainer.max_epochs", "2", "--ckpt_path", "last")  # as it trained: resumed
     assert torch.load(last, weights_only=True)["epoch"] == 1
+
+
+@pytest.mark.fault(
+    "a fit whose last epoch ends without validation (`check_val_every_n_epoch 2` over 3 epochs)",
+    "`last.ckpt` holds the weights the after-fit test scored, and `metrics.json`'s `val` is "
+    "of those weights",
+)
+def test_the_after_fit_test_scores_the_weights_last_ckpt_holds(tmp_path):
+    from docclass.artifacts.load import checkpoint_fingerprint
+    from docclass.cli import main
+
+    main([
+        "fit", "--config", str(CONFIGS / "tiny.yaml"), "--report_after_fit", "false",
+        "--trainer.default_root_dir", str(tmp_path), "--trainer.max_epochs", "3",
+        "--trainer.check_val_every_n_epoch", "2",
+    ])  # fmt: skip
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=True)["epoch"] == 2
+    assert metrics["test"]["weights"] == checkpoint_fingerprint(last)
+    # Validation of the same weights again: the figures metrics.json keeps.
+    main([
+        "validate", "--config", str(CONFIGS / "tiny.yaml"), "--ckpt_path", str(last),
+        "--trainer.default_root_dir", str(tmp_path / "again"),
+    ])  # fmt: skip
+    logged = logged_rows(tmp_path / "again" / "logs")[-1][-1]
+    assert float(logged["val/acc"]) == pytest.approx(metrics["val"]["acc"], abs=1e-6)
+    assert float(logged["val/loss"]) == pytest.approx(metrics["val"]["loss"], abs=1e-5)
+
+
+SLURM_TASK = {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "docclass", "SLURM_PROCID": "0",
+              "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_JOB_ID": "7"}  # fmt: skip
+
+
+@pytest.mark.fault(
+    "a SLURM job requeued after its hpc checkpoint (hpc_ckpt_1.ckpt and its hash record)",
+    "resumes from that checkpoint through docclass's checks, and the after-fit test scores "
+    "the final weights, not the hpc checkpoint's",
+)
+def test_a_requeued_slurm_job_resumes_from_its_hpc_checkpoint_and_tests_its_final_weights(
+    tmp_path, monkeypatch, capsys
+):
+    from docclass.artifacts.hashing import sha256_of, write_checkpoint_hashes
+    from docclass.artifacts.load import checkpoint_fingerprint
+    from docclass.cli import main
+
+    settings = [
+        "fit", "--config", str(CONFIGS / "tiny.yaml"), "--report_after_fit", "false",
+        "--trainer.default_root_dir", str(tmp_path),
+    ]  # fmt: skip
+    with pytest.raises(SystemExit):
+        main([*settings, "--ckpt_path", "hpc"])
+    assert "holds no hpc_ckpt_N.ckpt" in capsys.readouterr().err
+    main([*settings, "--trainer.max_epochs", "1", "--test_after_fit", "false"])
+    # What Lightning's requeue handler leaves: the run's state, saved through docclass's
+    # checkpoint writing, so with its record beside it.
+    hpc = tmp_path / "hpc_ckpt_1.ckpt"
+    shutil.copy(tmp_path / "checkpoints" / "last.ckpt", hpc)
+    write_checkpoint_hashes(hpc, [sha256_of(hpc)])
+    for name, value in SLURM_TASK.items():
+        monkeypatch.setenv(name, value)
+    main([*settings, "--trainer.max_epochs", "2"])
+    # It went on from epoch 1: the second run logged that epoch alone.
+    trained = [row for row in logged_rows(tmp_path / "logs")[-1] if row["train/loss_step"]]
+    assert {row["epoch"] for row in trained} == {"1"}
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["global_steps"] == 14
+    assert metrics["test"]["weights"] == checkpoint_fingerprint(tmp_path / "checkpoints/last.ckpt")
+    assert metrics["test"]["weights"] != checkpoint_fingerprint(hpc)
