@@ -153,6 +153,13 @@ def test_predict_writes_the_calibrated_probabilities_classify_gives(fitted, tmp_
         raw = torch.tensor(list(row["raw_probs"].values()))
         calibrated = (raw.log() / 2.5).softmax(-1).tolist()
         assert list(row["probs"].values()) == pytest.approx(calibrated, abs=1e-5)
+    # Under bf16 autocast too: the temperature was fitted on float32 logits, as classify's.
+    run_cli("predict", "--config", TINY, "--ckpt_path", str(ckpt), "--trainer.precision",
+            "bf16-mixed", "--trainer.default_root_dir", str(tmp_path / "bf16"))  # fmt: skip
+    lines = (tmp_path / "bf16" / "predictions.jsonl").read_text().splitlines()
+    in_bf16 = {row["id"]: row for row in map(json.loads, lines)}
+    for doc_id, result in zip(test.ids[:5], given, strict=True):
+        assert in_bf16[doc_id]["probs"] == pytest.approx(result["probs"], abs=2e-6)
     # A calibration that fitted no temperature leaves them raw, as /info says (null).
     by_weights[checkpoint_fingerprint(ckpt)] = {"temperature": 1.0, "fit": "none in range"}
     (run / "calibration.json").write_text(json.dumps({"by_weights": by_weights}))
