@@ -19,9 +19,10 @@ import numpy as np
 import yaml
 
 from docclass.artifacts.load import checkpoint_fingerprint, load_classifier
-from docclass.inference.calibration import calibrate, write_calibration
+from docclass.errors import DataError
+from docclass.inference.calibration import calibrate, check_same_source, write_calibration
 from docclass.inference.model_facts import run_calibration
-from docclass.inference.reporting import documents_from_datamodule
+from docclass.inference.reporting import check_same_split, documents_from_datamodule
 from docclass.train.lightning_cli import datamodule_from_config
 
 
@@ -41,17 +42,24 @@ def tested_checkpoint(run_dir: Path) -> tuple[Path | None, str]:
     return (last, "last.ckpt, test accuracy checked") if last.is_file() else (None, "no last.ckpt")
 
 
+# Arguments of test/validate (verbose) and predict (return_predictions): a config saved by one
+# of those calls into the run folder is not the fit's, and the data module does not take it.
+EVALUATION_ONLY_KEYS = ("verbose", "return_predictions")
+
+
 def saved_config(run_dir: Path, into: Path) -> Path:
-    """The run's own resolved config (the latest logger version's), written into ``into``
+    """The run's own resolved config (the latest fit's logger version), written into ``into``
     without the arguments of the ``fit`` call itself (``ckpt_path``, ``weights_only``), which
     only ``fit`` accepts."""
     versions = sorted(
         (run_dir / "logs").glob("version_*/config.yaml"),
         key=lambda p: int(p.parent.name.split("_")[-1]),
     )
-    if not versions:
-        raise FileNotFoundError(f"{run_dir}: no logs/version_*/config.yaml")
-    config = yaml.safe_load(versions[-1].read_text())
+    configs = [yaml.safe_load(path.read_text()) for path in versions]
+    configs = [c for c in configs if not any(key in c for key in EVALUATION_ONLY_KEYS)]
+    if not configs:
+        raise FileNotFoundError(f"{run_dir}: no logs/version_*/config.yaml of a fit")
+    config = configs[-1]
     for key in ("ckpt_path", "weights_only"):
         config.pop(key, None)
     path = into / "config.yaml"
@@ -73,8 +81,16 @@ def calibrate_run(run_dir: Path, reuse: bool = False) -> dict[str, Any]:
     if (run_dir / "split.json").is_file():
         overrides += ["--data.split_file", str(run_dir / "split.json")]
     with tempfile.TemporaryDirectory() as folder:
-        datamodule = datamodule_from_config(saved_config(run_dir, Path(folder)), overrides)
-    validation = documents_from_datamodule(datamodule, "val")
+        config = saved_config(run_dir, Path(folder))
+        datamodule = datamodule_from_config(config, overrides)
+        validation = documents_from_datamodule(datamodule, "val")
+        try:
+            # As docclass calibrate: without split.json the config's settings rebuild the split,
+            # and one that is not the run's fitted the temperature on training documents.
+            check_same_source(run_dir, str(config), datamodule.stats["source"])
+            check_same_split(str(ckpt), run_dir, str(config), datamodule, "calibrate")
+        except DataError as error:
+            return {"run": str(run_dir), "skipped": str(error)}
     test = documents_from_datamodule(datamodule, "test")
     facts = calibrate(load_classifier(ckpt), validation, test)
     recorded = json.loads((run_dir / "metrics.json").read_text())["test"]["accuracy"]

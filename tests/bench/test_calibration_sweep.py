@@ -52,3 +52,28 @@ def test_a_run_whose_checkpoints_hold_other_weights_is_skipped_not_calibrated(fi
         "run": str(folder), "skipped": "no checkpoint holds the tested weights"
     }  # fmt: skip
     assert not (folder / "calibration.json").exists()
+
+
+def test_a_run_is_calibrated_with_its_fits_config_and_split_never_another(fitted, tmp_path):
+    import yaml
+
+    folder = copy_run(fitted, tmp_path / "run")
+    fit_config = yaml.safe_load(next((folder / "logs").glob("version_*/config.yaml")).read_text())
+    # A later `docclass test` into the run folder saves its own config (its `verbose` is no
+    # data setting); the fit's is the one that says how the run split its documents.
+    (folder / "logs" / "version_98").mkdir()
+    tested = {**fit_config, "verbose": True}
+    (folder / "logs" / "version_98" / "config.yaml").write_text(yaml.safe_dump(tested))
+    expected = json.loads((fitted / "calibration.json").read_text())["by_weights"]
+    run = calibrate_run(folder)
+    assert run["temperature"] == next(iter(expected.values()))["temperature"]
+    # Without split.json, a newer fit's config with another split seed would rebuild another
+    # split: its validation documents include ones the weights trained on. Skipped, unwritten.
+    (folder / "split.json").unlink()
+    (folder / "calibration.json").unlink()
+    (folder / "logs" / "version_99").mkdir()
+    other = {**fit_config, "data": {**fit_config["data"], "split_seed": 7}}
+    (folder / "logs" / "version_99" / "config.yaml").write_text(yaml.safe_dump(other))
+    run = calibrate_run(folder)
+    assert "skipped" in run and "split" in run["skipped"], run
+    assert not (folder / "calibration.json").exists()
