@@ -103,7 +103,7 @@ def classify_command(
         + (
             f"calibrated (temperature {counts['temperature']:g})"
             if counts.get("temperature") is not None
-            else "raw (no calibration for these weights, or --calibrated false)"
+            else "raw (no temperature fitted for these weights, or --calibrated false)"
         ),
         file=sys.stderr,
     )
