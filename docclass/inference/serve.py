@@ -271,9 +271,9 @@ class JsonBodies:
     async def __call__(self, scope, receive, send) -> None:
         if scope.get("type") == "http" and scope.get("path") == "/predict":
             headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-type"]
-            declared = [v for k, v in scope["headers"] if k.lower() == b"content-type"]
-            if not declared or b"json" not in declared[0].lower():
-                scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+            # Every label, "text/json" too: FastAPI reads only application/json (and +json) as
+            # JSON and answered 422 to a JSON body labelled otherwise.
+            scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
         await self.app(scope, receive, send)
 
 
@@ -623,6 +623,9 @@ def serve(
         timeout=timeout,
         max_payload_size=int(max_body_mb * 1024 * 1024),
         model_metadata=facts,
+        # No Swagger page: it loaded unpinned scripts from a CDN into this server's origin,
+        # whose requests the web-page refusal must let through.
+        disable_openapi_url=True,
     )
     # At a stop, every request in flight gets as long as any request may take (LitServe's
     # default is 30 s), so each ends with its answer or its 504, never a dropped connection.

@@ -324,8 +324,25 @@ def test_non_utf8_body_is_explained(server):
 def test_json_body_without_json_content_type_is_read_as_json(server):
     body = json.dumps({"texts": TEXTS[:2]}).encode()
     wanted = post_json(server, {"texts": TEXTS[:2]})
-    for headers in ({}, {"content-type": "application/x-www-form-urlencoded"}):
+    # Labels that merely contain "json" too: they were left as sent, and FastAPI answered 422.
+    for content_type in (
+        None,
+        "application/x-www-form-urlencoded",
+        "text/json",
+        "text/plain; x=json",
+    ):
+        headers = {"content-type": content_type} if content_type else {}
         assert request(server, "POST", "/predict", body, headers) == wanted, headers
+
+
+@pytest.mark.fault(
+    "server: GET /docs, /redoc or /openapi.json",
+    "404: the server serves no page (LitServe's Swagger page loaded unpinned third-party "
+    "scripts into the server's own origin, which the web-page refusal lets through)",
+)
+def test_the_server_serves_no_pages(server):
+    for path in ("/docs", "/redoc", "/openapi.json"):
+        assert request(server, "GET", path)[0] == 404, path
 
 
 @pytest.mark.fault(
