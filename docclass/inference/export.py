@@ -289,17 +289,29 @@ def push_command(folder: str, repo_id: str, private: bool = True) -> str:
     api = hub_api()
     try:
         api.create_repo(repo_id, private=private, exist_ok=True)
+        # The hub keeps an existing repository's visibility whatever create_repo is asked: a
+        # private push into a public repository published the model.
+        is_private = getattr(api.repo_info(repo_id), "private", None)
+        if private and is_private is not True:
+            raise ConfigError(
+                f"push {folder} → {repo_id}: {repo_id} is "
+                f"{'public' if is_private is False else 'of unknown visibility'} and --private "
+                "is true; push "
+                "to another repository, or give --private false to publish it there"
+            )
         commit = api.upload_folder(
             repo_id=repo_id,
             folder_path=folder,
             allow_patterns=list(HUB_FILES),
             commit_message="Upload docclass model",
         )
+    except ConfigError:
+        raise
     except Exception as error:  # the hub's errors vary: no token, no permission, offline
         raise CheckpointError(
             f"push {folder} → {repo_id}: the hub refused or could not be reached "
             f"({one_line(error)}); log in with 'hf auth login' and check the id"
         ) from error
     url = str(getattr(commit, "commit_url", commit))
-    print(f"pushed {folder} → {repo_id} ({url})")
+    print(f"pushed {folder} → {repo_id} ({'private' if is_private else 'public'}, {url})")
     return url

@@ -10,6 +10,7 @@ import html
 import json
 import shutil
 import struct
+import types
 from pathlib import Path
 from unittest.mock import ANY
 
@@ -572,11 +573,15 @@ class LocalHub:
     """Stands in for the hub: ``HfApi``'s upload calls and ``snapshot_download``."""
 
     def __init__(self, root: Path) -> None:
-        self.root, self.calls = root, []
+        self.root, self.calls, self.private = root, [], {}
 
     def create_repo(self, repo_id, private, exist_ok):
         self.calls.append(("create_repo", repo_id, private, exist_ok))
         (self.root / repo_id).mkdir(parents=True, exist_ok=True)
+        self.private.setdefault(repo_id, private)  # as the hub: an existing repo keeps its own
+
+    def repo_info(self, repo_id):
+        return types.SimpleNamespace(id=repo_id, private=self.private[repo_id])
 
     def upload_folder(self, repo_id, folder_path, allow_patterns, commit_message):
         self.calls.append(("upload_folder", repo_id, tuple(allow_patterns)))
@@ -646,6 +651,25 @@ def test_an_unpinned_hub_id_is_taken_when_asked_out_loud(exported, tmp_path, mon
     monkeypatch.setenv("DOCCLASS_ALLOW_UNPINNED_HUB", "1")
     DocClassifier.load("hub:someone/bbc-docclass", device="cpu")
     assert hub.calls == [("snapshot_download", "someone/bbc-docclass", None, ANY)]
+
+
+@pytest.mark.fault(
+    "push (private by default) to a repository that already exists and is public",
+    "refused in one line, nothing uploaded (the hub keeps an existing repository's "
+    "visibility whatever create_repo is asked)",
+)
+def test_push_never_publishes_into_a_public_repository_unasked(
+    exported, tmp_path, monkeypatch, capsys
+):
+    hub = LocalHub(tmp_path / "hub")
+    monkeypatch.setattr(export_module, "hub_api", lambda: hub)
+    hub.private["someone/open"] = False
+    with pytest.raises(SystemExit):
+        main(["push", "--folder", str(exported), "--repo_id", "someone/open"])
+    assert "someone/open is public" in capsys.readouterr().err
+    assert not [call for call in hub.calls if call[0] == "upload_folder"]
+    main(["push", "--folder", str(exported), "--repo_id", "someone/open", "--private", "false"])
+    assert "(public," in capsys.readouterr().out
 
 
 @pytest.mark.fault(
