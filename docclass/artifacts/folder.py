@@ -264,9 +264,15 @@ def load_model_folder(
         raise CheckpointError(
             f"{tokenizer_path}: not a readable tokenizer ({one_line(error)})"
         ) from error
-    if tokenizer.get_vocab_size() > model_config.vocab_size:
-        raise CheckpointError(
-            f"{tokenizer_path}: {tokenizer.get_vocab_size()} tokens, more than the model's "
-            f"{model_config.vocab_size} embedding rows; it belongs to another model"
-        )
+    refuse_larger_tokenizer(tokenizer, model_config.vocab_size, tokenizer_path)
     return model.eval(), tokenizer, labels, config
+
+
+def refuse_larger_tokenizer(tokenizer: Tokenizer, vocab_size: int, origin: str | Path) -> None:
+    """A tokenizer with ids past the model's embedding rows belongs to another model: its
+    first text with such a token would fail inside the model, mid-batch."""
+    if tokenizer.get_vocab_size() > vocab_size:
+        raise CheckpointError(
+            f"{origin}: {tokenizer.get_vocab_size()} tokens, more than the model's "
+            f"{vocab_size} embedding rows; it belongs to another model"
+        )

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer
 
 from docclass.artifacts.building import build_classifier, check_sizes, model_config_from
 from docclass.artifacts.checkpoint import load_checkpoint, network_weights, read_artifact_from
-from docclass.artifacts.folder import folder_artifact, load_model_folder
+from docclass.artifacts.folder import folder_artifact, load_model_folder, refuse_larger_tokenizer
 from docclass.artifacts.hashing import weights_fingerprint
 from docclass.artifacts.locate import resolve_model
 from docclass.data.tokenizer import load_tokenizer
@@ -133,9 +133,11 @@ def load_classifier(spec: str | Path) -> TrainedClassifier:
             f"{spec}: {len(labels)} label names for a model of {config.num_classes} classes; "
             "it was not written by this docclass"
         )
+    tokenizer = load_tokenizer(artifact["tokenizer"])
+    refuse_larger_tokenizer(tokenizer, config.vocab_size, f"{spec}'s tokenizer")
     return TrainedClassifier(
         model=model.eval(),
-        tokenizer=load_tokenizer(artifact["tokenizer"]),
+        tokenizer=tokenizer,
         label_names=labels,
         max_tokens=checked_max_tokens(artifact.get("max_tokens"), spec),
     )

@@ -708,6 +708,24 @@ def test_push_refuses_a_card_the_manifest_does_not_list(exported, tmp_path, monk
     assert hub.calls == []
 
 
+@pytest.mark.fault(
+    "checkpoint whose tokenizer has more ids than the model has embedding rows",
+    "one line naming the checkpoint's tokenizer, as for a model folder; never a traceback at "
+    "the first text with such a token",
+)
+def test_a_checkpoint_whose_tokenizer_outruns_its_embeddings_is_one_line(fitted, tmp_path):
+    import torch
+    from tokenizers import Tokenizer
+
+    checkpoint = torch.load(fitted / "checkpoints" / "last.ckpt", weights_only=True)
+    tokenizer = Tokenizer.from_str(checkpoint["docclass"]["tokenizer"])
+    tokenizer.add_tokens([f"unseen{k}" for k in range(60)])
+    checkpoint["docclass"]["tokenizer"] = tokenizer.to_str()
+    torch.save(checkpoint, tmp_path / "edited.ckpt")
+    with pytest.raises(CheckpointError, match="edited.ckpt's tokenizer: 2060 tokens, more than"):
+        DocClassifier.load(tmp_path / "edited.ckpt", device="cpu")
+
+
 def test_a_checkpoint_whose_max_tokens_is_not_a_count_is_one_line(fitted, tmp_path, capsys):
     import torch
 
