@@ -23,7 +23,7 @@ class logit can be recovered from ``pool_weights`` and the value vectors. ``prop
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Literal, NamedTuple
 
 import torch
@@ -131,6 +131,14 @@ class ModelConfig:
             problems.append(f"norm must be one of {NORM_PLACEMENTS}, got {self.norm!r}")
         if self.positions not in POSITION_KINDS:
             problems.append(f"positions must be one of {POSITION_KINDS}, got {self.positions!r}")
+        eps = self.norm_eps
+        if type(eps) not in (int, float) or not (math.isfinite(eps) and 0 < eps < 1):
+            problems.append(f"norm_eps must be a positive number below 1, got {eps!r}")
+        for field in fields(self):
+            if field.type in ("bool", bool) and type(getattr(self, field.name)) is not bool:
+                problems.append(
+                    f"{field.name} must be true or false, got {getattr(self, field.name)!r}"
+                )
         if problems:
             raise ConfigError("model config: " + "; ".join(problems))
 

@@ -191,6 +191,11 @@ def test_gradients_reach_the_token_vectors():
         (dict(pool_score="cosine"), "pool_score must be one of"),
         (dict(positions="rotary"), "positions must be one of"),
         (dict(n_layers=-1), "n_layers must be >= 0"),
+        # From a hand-edited config.json: a string was a traceback inside layer_norm, -1 made
+        # every output NaN (rows said the weights diverged), "no" switched scaling on.
+        (dict(norm_eps="1e-5"), "norm_eps must be a positive number below 1, got '1e-5'"),
+        (dict(norm_eps=-1.0), "norm_eps must be a positive number below 1"),
+        (dict(scale_embeddings="no"), "scale_embeddings must be true or false, got 'no'"),
     ],
 )
 def test_impossible_configs_are_refused(overrides, message):
