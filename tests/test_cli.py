@@ -624,3 +624,19 @@ def test_evaluating_with_another_length_or_tokenizer_than_the_checkpoints_is_ref
     run_cli("test", "--config", TINY, "--ckpt_path", str(last), "--data.tokenizer_from",
             str(folder), "--trainer.default_root_dir", str(tmp_path / "run"))  # fmt: skip
     assert (tmp_path / "run" / "metrics.json").exists()
+
+
+@pytest.mark.fault(
+    "fit: `--report_max_documents` or `--report_faithfulness_documents` of 0 or below",
+    "refused in one line before training, as `docclass report` refuses them (-3 was a "
+    "traceback after training, 0 an empty report)",
+)
+@pytest.mark.parametrize("flag", ["--report_max_documents", "--report_faithfulness_documents"])
+def test_after_fit_report_sizes_below_one_are_refused_before_training(capsys, tmp_path, flag):
+    for value in ("0", "-3"):
+        line = one_line_failure(
+            capsys, "fit", "--config", TINY, flag, value, "--trainer.default_root_dir",
+            str(tmp_path),
+        )  # fmt: skip
+        assert flag.removeprefix("--") in line and value in line, line
+    assert not (tmp_path / "checkpoints").exists()

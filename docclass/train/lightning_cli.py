@@ -19,6 +19,7 @@ from typing import IO, Any
 
 import torch.distributed as dist
 from jsonargparse import ArgumentError
+from jsonargparse.typing import PositiveInt
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -103,7 +104,9 @@ class TrainingCLI(LightningCLI):
         )
         parser.add_argument(
             "--report_max_documents",
-            type=int | None,
+            # Positive, as docclass report's: -3 was a numpy traceback after training, 0 an
+            # empty report, and -2 chose the default method on one document.
+            type=PositiveInt | None,
             default=1000,
             help="the after-fit report explains at most this many test documents: every "
             "misclassified one first, then a sample stratified by class (headline figures stay "
@@ -112,7 +115,9 @@ class TrainingCLI(LightningCLI):
 
         parser.add_argument(
             "--report_faithfulness_documents",
-            type=int | None,
+            # Positive, as docclass report's: -3 was a numpy traceback after training, 0 an
+            # empty report, and -2 chose the default method on one document.
+            type=PositiveInt | None,
             default=None,
             help="the after-fit report measures each method's faithfulness on a sample of this "
             "many of its documents, misclassified ones in the split's share, each part in "
