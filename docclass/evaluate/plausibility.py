@@ -16,6 +16,7 @@ Each evidence marks the words of docclass's own segmentation that overlap it. Pe
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +26,8 @@ import numpy as np
 
 from docclass.errors import UserError
 from docclass.interpret.records import RECORD_METHODS
+
+log = logging.getLogger(__name__)
 
 IOU_THRESHOLD = 0.5
 
@@ -136,6 +139,15 @@ def plausibility(
                 any(_iou(p, g) >= IOU_THRESHOLD for p in pred_runs) for g in gold_runs
             )
     if not matched:
+        # The page then has no plausibility section: say why, with ids of both sides, since
+        # ids a person typed for a file (train/0) and the file's own (1) differ silently.
+        log.warning(
+            "rationales: none of the %d annotated documents (%s) is among the %d explained "
+            "(%s); ids are a data file's id column, else its rows numbered from 1, or "
+            "<split>/<row> from 0 for a folder or hub dataset",
+            len(rationales), ", ".join(list(rationales)[:3]), len(records),
+            ", ".join(str(record["id"]) for record in records[:3]),
+        )  # fmt: skip
         return {"documents": 0, "annotated": len(rationales), "methods": {}}
     table = {}
     for method in methods:

@@ -36,6 +36,20 @@ def test_metrics_match_a_hand_computed_example():
     assert records[0]["rationale"] == [1, 2]
 
 
+@pytest.mark.fault(
+    "rationales keyed by ids the explained documents do not carry (`train/0` for a file whose "
+    "rows are numbered from 1)",
+    "a warning naming ids of both sides (the page's plausibility section was dropped without "
+    "a word)",
+)
+def test_rationales_matching_no_document_are_said(caplog):
+    records = [record("1", "the central bank held rates", [0.0, 0.2, 0.5, 0.1, 0.3])]
+    with caplog.at_level("WARNING", logger="docclass"):
+        table = plausibility(records, {"train/0": [(1, 3)]}, methods=["attention"])
+    assert table == {"documents": 0, "annotated": 1, "methods": {}}
+    assert "none of the 1 annotated documents (train/0) is among the 1 explained (1)" in caplog.text
+
+
 def test_evidence_offsets_count_whitespace_tokens_not_the_tokenizers_words():
     # docclass splits "rates," into two words; ERASER's token 3 is "rates," as one token.
     text = "the bank held rates, again"
