@@ -270,6 +270,11 @@ def load_documents(
     made a "test" split of documents it had trained on, in silence. Another corpus's config
     explains that corpus's split, as before."""
     if Path(data).suffix.lower() in CONFIG_SUFFIXES:
+        if (text_column, label_column) != ("text", "label"):
+            log.warning(
+                "--text_column and --label_column name a data file's columns; %s names its own "
+                "(data.text_column, data.label_column), which are read", data,
+            )  # fmt: skip
         overrides = ["--data.tokenizer_from", str(ckpt)]
         datamodule = datamodule_from_config(data, overrides)
         run_dir = run_dir_of(ckpt)
@@ -855,6 +860,8 @@ def faithfulness_command(
     ig_steps: NonNegativeInt = 32,
     permutations: PositiveInt = 20,
     rationales: str | None = None,
+    text_column: str = "text",
+    label_column: str | None = "label",
 ) -> dict[str, Any]:
     """ERASER comprehensiveness and sufficiency (AOPC over 1-50 % of the words) of every
     word-score method beside a random ranking, permuted-pool and randomised-weight sanity
@@ -879,12 +886,15 @@ def faithfulness_command(
         permutations: pool shuffles per document.
         rationales: ERASER-format JSONL of human evidence spans, keyed by document id: adds
             each method's plausibility (token F1, IOU F1, AUPRC).
+        text_column: text column of a data file.
+        label_column: label column of a data file; null for unlabelled documents (the
+            figures follow the predicted class, so need no labels).
     """
     resolve_device(device)
     refuse_out_that_is_no_folder(out)  # now, not after every figure is measured
     evidence = read_rationales(rationales) if rationales else None
     classifier = load_classifier(ckpt)
-    documents = load_documents(data, ckpt, split, command="faithfulness")
+    documents = load_documents(data, ckpt, split, text_column, label_column, command="faithfulness")
     figures = faithfulness_figures(
         classifier, documents.texts[:limit], removals, sample, ig_steps, permutations, device,
         ids=documents.ids[:limit], rationales=evidence,

@@ -188,6 +188,18 @@ def test_report_with_rationales_scores_plausibility_and_finds_counterfactuals(pl
           "--removals", "[mask]"])  # fmt: skip
     figures = json.loads((tmp_path / "f" / "faithfulness.json").read_text())
     assert figures["plausibility"]["methods"] == table["methods"]
+    # The same documents unlabelled, under another column name: the figures follow the
+    # predicted class, so they are the same (before, such a file could not be read at all).
+    unlabelled = tmp_path / "unlabelled.jsonl"
+    unlabelled.write_text("".join(
+        json.dumps({"id": i, "body": r["text"]}) + "\n" for i, r in zip(ids, rows, strict=True)
+    ))  # fmt: skip
+    main(["faithfulness", "--ckpt", ckpt, "--data", str(unlabelled), "--split", "train",
+          "--out", str(tmp_path / "u"), "--rationales", str(rationales), "--sample", "0",
+          "--removals", "[mask]", "--text_column", "body", "--label_column", "null"])  # fmt: skip
+    again = json.loads((tmp_path / "u" / "faithfulness.json").read_text())
+    assert again["plausibility"] == figures["plausibility"]
+    assert again["removal"]["mask"]["aopc"] == figures["removal"]["mask"]["aopc"]
 
 
 def test_faithfulness_command_writes_table_plot_checks_and_updates_the_report(
