@@ -54,7 +54,8 @@ COMMANDS: dict[str, tuple[str, str, tuple[str, str] | None]] = {
 TRAINING_COMMANDS = {
     "fit": "train a model (then test it and write the report of its test split)",
     "validate": "score a checkpoint on the validation split",
-    "test": "score a checkpoint on the test split (metrics.json, figures)",
+    "test": "score a checkpoint on the test split (metrics.json and figures; in its run's "
+    "folder, metrics.<checkpoint>.json and confusion_matrix.<checkpoint>.png)",
     "predict": "write predictions of a checkpoint for a split",
 }
 # Commands that read datasets (whose progress bars would flood a log).
@@ -98,8 +99,13 @@ def doc_class_cli() -> type:
 
         def after_test(self) -> None:
             run_dir = Path(self.trainer.default_root_dir)
-            if self.trainer.is_global_zero and (run_dir / "metrics.json").is_file():
-                write_run_figures(run_dir)
+            written = next(
+                (c.written for c in self.trainer.callbacks if getattr(c, "written", None)), None
+            )
+            # The figures of the scores just written: testing best.ckpt in its run's folder
+            # redrew the fit's confusion matrix, of other weights.
+            if self.trainer.is_global_zero and written is not None and written.is_file():
+                write_run_figures(run_dir, written.name)
 
         def after_fit(self) -> None:
             super().after_fit()

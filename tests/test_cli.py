@@ -181,7 +181,8 @@ def test_testing_a_runs_checkpoint_keeps_its_split_and_its_metrics(fitted, tmp_p
 
     run = tmp_path / "run"
     shutil.copytree(fitted, run)
-    kept = {name: (run / name).read_bytes() for name in ("metrics.json", "split.json")}
+    kept = ("metrics.json", "split.json", "confusion_matrix.png", "training_curves.png")
+    kept = {name: (run / name).read_bytes() for name in kept}
     best = run / "checkpoints" / "best.ckpt"
     with caplog.at_level("WARNING", logger="docclass"):
         run_cli("test", "--config", TINY, "--ckpt_path", str(best),
@@ -190,6 +191,7 @@ def test_testing_a_runs_checkpoint_keeps_its_split_and_its_metrics(fitted, tmp_p
     assert "not the ones the checkpoint trained on" in caplog.text
     tested = json.loads((run / "metrics.best.json").read_text())
     assert tested["test"]["weights"] == checkpoint_fingerprint(best)
+    assert (run / "confusion_matrix.best.png").stat().st_size > 0  # its own figure
     main(["export", "--ckpt", str(best), "--out", str(tmp_path / "best-model")])
     config = json.loads((tmp_path / "best-model" / "config.json").read_text())
     assert config["test"]["accuracy"] == tested["test"]["accuracy"]

@@ -212,19 +212,23 @@ def risk_coverage_figure(
     return figure
 
 
-def write_run_figures(run_dir: str | Path) -> list[Path]:
+def write_run_figures(run_dir: str | Path, metrics_file: str = "metrics.json") -> list[Path]:
     """``confusion_matrix.png`` and ``training_curves.png`` of a run, from its ``metrics.json``
-    (and the CSV metric log it names); returns the files written."""
+    (and the CSV metric log it names); returns the files written. For the figures of a
+    checkpoint tested in its run's folder (``metrics.best.json``), ``confusion_matrix.best.png``
+    alone: the fit's figures stay those of the weights it tested."""
     run_dir = Path(run_dir)
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics = json.loads((run_dir / metrics_file).read_text())
     test = metrics["test"]
-    written = [run_dir / "confusion_matrix.png"]
+    of_the_fit = metrics_file == "metrics.json"
+    suffix = "" if of_the_fit else Path(metrics_file).stem.removeprefix("metrics")
+    written = [run_dir / f"confusion_matrix{suffix}.png"]
     save_png(
         confusion_matrix_figure(np.asarray(test["confusion_matrix"]), test["label_names"]),
         written[0],
     )
     metric_log = metrics.get("metric_log")
-    if metric_log and Path(metric_log).is_file():
+    if of_the_fit and metric_log and Path(metric_log).is_file():
         written.append(run_dir / "training_curves.png")
         save_png(training_curves_figure(metric_log), written[1])
     return written

@@ -276,6 +276,7 @@ class RunReport(pl.Callback):
         # the test figures only where it saw the weights tested (the fit's end makes sure).
         self.final_validation: dict[str, float] = {}
         self.validated_at_step: int | None = None
+        self.written: Path | None = None  # the metrics file the last test wrote (rank 0)
         self._fit_started = 0.0
         self._test_started = 0.0
         self._preds: list[torch.Tensor] = []
@@ -369,6 +370,7 @@ class RunReport(pl.Callback):
         # metrics.json last and whole: its presence says the run finished (docclass audit and
         # the benchmarks reuse such runs), so a kill must leave it absent, never half-written.
         write_atomically(path, json.dumps(metrics, indent=2, default=str))
+        self.written = path
         print(
             f"test accuracy {scores['accuracy']:.4f}  macro-F1 {scores['macro_f1']:.4f}  "
             f"({scores['n_documents']} documents)  → {path}"
