@@ -162,7 +162,8 @@ def read_folder_config(folder: str | Path) -> dict[str, Any]:
     if config.get("format_version") != FOLDER_FORMAT_VERSION:
         raise CheckpointError(
             f"{path}: model folder format {config.get('format_version')!r}, this docclass reads "
-            f"{FOLDER_FORMAT_VERSION}; export it again with this release"
+            f"{FOLDER_FORMAT_VERSION}; export it again with this release from the training "
+            "checkpoint"
         )
     # Before any of the config is used: an edited config.json (labels swapped together in
     # id2label and label2id) is as wrong as swapped weights.

@@ -250,7 +250,8 @@ def export_command(
     source = (facts.get("data") or {}).get("source")
     known = KNOWN_SOURCES.get(source or "", {})
     facts.update(
-        name=name or (run_dir.name if run_dir else Path(ckpt).name),
+        # Resolved: a folder given as "." has no name of its own.
+        name=name or (run_dir.name if run_dir else Path(ckpt).expanduser().resolve().name),
         license=license,
         language=language or facts.get("language") or known.get("language"),
         datasets=datasets,

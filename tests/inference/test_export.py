@@ -505,6 +505,14 @@ def test_a_folder_exported_again_keeps_its_data_and_split_on_the_card(exported, 
     assert split in second and "Not recorded" not in second
 
 
+def test_a_folder_exported_again_as_dot_keeps_its_name(exported, tmp_path, monkeypatch):
+    # "." has no name of its own: the card was titled with an empty one.
+    monkeypatch.chdir(exported)
+    main(["export", "--ckpt", ".", "--out", str(tmp_path / "again"), "--license", "mit"])
+    card = (tmp_path / "again" / "README.md").read_text()
+    assert f"\n# {exported.name}\n" in card
+
+
 @pytest.mark.fault(
     "export of a run trained on a local path (data.source, data.split_file), absolute or relative",
     "the folder's config.json and card keep the path's last part alone, and a digest of the "
