@@ -1183,3 +1183,42 @@ def test_a_requeued_slurm_job_resumes_from_its_hpc_checkpoint_and_tests_its_fina
     assert metrics["global_steps"] == 14
     assert metrics["test"]["weights"] == checkpoint_fingerprint(tmp_path / "checkpoints/last.ckpt")
     assert metrics["test"]["weights"] != checkpoint_fingerprint(hpc)
+
+
+class FailAtStep(Callback):
+    """Fault injection inside the process: an error as step ``at`` starts (no checkpoint)."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.at:
+            raise RuntimeError("injected fault")
+
+
+@pytest.mark.fault(
+    "a fit validating every second epoch, stopped at the start of an unvalidated one",
+    "resumes from that epoch's end (last.ckpt, written there now) to the weights of an "
+    "uninterrupted run, dropout included",
+)
+def test_a_run_validating_every_second_epoch_resumes_from_an_unvalidated_epoch_end(tmp_path):
+    from docclass.cli import main
+
+    settings = [
+        "fit", "--config", str(CONFIGS / "tiny.yaml"), "--report_after_fit", "false",
+        "--test_after_fit", "false", "--trainer.check_val_every_n_epoch", "2",
+        "--trainer.max_epochs", "3",
+    ]  # fmt: skip
+    main([*settings, "--trainer.default_root_dir", str(tmp_path / "whole")])
+    last = tmp_path / "cut" / "checkpoints" / "last.ckpt"
+    with pytest.raises(RuntimeError, match="injected fault"):
+        main([*settings, "--trainer.default_root_dir", str(tmp_path / "cut"),
+              "--trainer.callbacks+=test_resume.FailAtStep",
+              "--trainer.callbacks.at", "8"])  # fmt: skip
+    assert torch.load(last, weights_only=True)["global_step"] == 7  # epoch 0's end, unvalidated
+    main([*settings, "--trainer.default_root_dir", str(tmp_path / "cut"), "--ckpt_path", str(last)])
+    whole = torch.load(tmp_path / "whole" / "checkpoints" / "last.ckpt", weights_only=True)
+    resumed = torch.load(last, weights_only=True)
+    assert resumed["global_step"] == whole["global_step"] == 21
+    for name, tensor in whole["state_dict"].items():
+        torch.testing.assert_close(resumed["state_dict"][name], tensor, rtol=0, atol=0, msg=name)
