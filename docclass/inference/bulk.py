@@ -7,6 +7,7 @@ asked for, so the default path never imports Ray).
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any, Literal
 
@@ -15,6 +16,8 @@ from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveInt
 from docclass.errors import ConfigError
 from docclass.inference.classifier import WordScoreMethod
 from docclass.inference.classify import run_classify
+
+log = logging.getLogger(__name__)
 
 
 def classify_command(
@@ -76,6 +79,9 @@ def classify_command(
             f"--min_probability {min_probability}: give a probability in (0, 1], such as a "
             "threshold the report lists for a target precision"
         )
+    _say_unused_options(
+        engine, top_words, method, address, workers, cpus_per_worker, num_gpus, shard_documents
+    )
     if engine == "ray":
         from docclass.inference.ray_classify import classify_on_ray
 
@@ -110,3 +116,28 @@ def classify_command(
     if strict and counts["errors"]:
         sys.exit(1)
     return counts
+
+
+def _say_unused_options(
+    engine, top_words, method, address, workers, cpus_per_worker, num_gpus, shard_documents
+) -> None:
+    """Options the parser accepts that change nothing in this call: said, not dropped."""
+    local = engine != "ray"
+    ignored = [
+        f"--{name}"
+        for name, unused in (
+            ("method", method is not None and not top_words),
+            ("address", local and address is not None),
+            ("workers", local and workers is not None),
+            ("cpus_per_worker", local and cpus_per_worker != 1),
+            ("num_gpus", local and num_gpus != 0.0),
+            ("shard_documents", local and shard_documents != 10_000),
+        )
+        if unused
+    ]
+    if ignored:
+        log.warning(
+            "%s not used: --method chooses the words of --top_words, and --address, --workers, "
+            "--cpus_per_worker, --num_gpus and --shard_documents apply with --engine ray",
+            ", ".join(ignored),
+        )

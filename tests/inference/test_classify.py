@@ -163,6 +163,25 @@ def test_table_rows_keep_their_own_ids(monkeypatch, capsys, ckpt, tmp_path):
 
 
 @pytest.mark.fault(
+    "classify with options that change nothing in the call (`--method` without `--top_words`, "
+    "`--workers` without `--engine ray`)",
+    "one warning naming them; the rows are classified as without them",
+)
+def test_options_that_change_nothing_are_said(monkeypatch, capsys, caplog, ckpt):
+    plain, _ = run_classify(monkeypatch, capsys, ckpt, ["-"])
+    with caplog.at_level("WARNING", logger="docclass"):
+        given, _ = run_classify(
+            monkeypatch, capsys, ckpt, ["-", "--method", "attention", "--workers", "4"]
+        )
+    assert given == plain
+    assert "--method, --workers not used" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="docclass"):
+        run_classify(monkeypatch, capsys, ckpt, ["-", "--method", "attention", "--top_words", "2"])
+    assert "not used" not in caplog.text
+
+
+@pytest.mark.fault(
     "file names that are not UTF-8 (`caf\\xe9.txt`, `caf\\xe8.txt`), written to JSON Lines or CSV",
     "each classified under its name with the bad byte spelt out, two names two ids (a lone "
     "surrogate in the id ended the whole run with UnicodeEncodeError)",
