@@ -262,7 +262,7 @@ class TrainingCLI(LightningCLI):
         if path.is_dir() or (not path.exists() and ckpt_path.startswith("hub:")):
             raise CheckpointError(
                 f"{ckpt_path}: --ckpt_path takes a checkpoint file (.ckpt) a fit wrote; a model "
-                "folder or hub id is for classify, report, faithfulness and serve"
+                "folder or hub id is for classify, report, faithfulness, serve and export"
             )
         return str(path)
 

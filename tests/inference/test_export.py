@@ -693,6 +693,9 @@ def test_push_refuses_an_incomplete_folder(exported, tmp_path, monkeypatch, caps
         main(["push", "--folder", str(folder), "--repo_id", "someone/x"])
     # The manifest lists the card, so the folder is refused before the card check is reached.
     assert "lists 'README.md', which the folder lacks" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["push", "--folder", str(tmp_path / "typo"), "--repo_id", "someone/x"])
+    assert "typo: no such folder" in capsys.readouterr().err  # not "lacks config.json, …"
     assert hub.calls == []
 
 
