@@ -120,6 +120,12 @@ def test_predict_writes_one_row_per_document(fitted, tmp_path):
     from_checkpoint("predict", fitted, tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
     assert len(rows) == 213 and len({r["id"] for r in rows}) == 213
+    # In the split's order, as a run on several processes writes it (batches come by length).
+    from docclass.inference.reporting import load_documents
+
+    ckpt = str(fitted / "checkpoints" / "last.ckpt")
+    assert [r["id"] for r in rows] == list(load_documents(TINY, ckpt, "test").ids)
+    assert "_index" not in rows[0] and not list(tmp_path.glob("predictions.jsonl.rank*"))
     assert abs(sum(rows[0]["probs"].values()) - 1) < 1e-4
     assert rows[0]["label"] == max(rows[0]["probs"], key=rows[0]["probs"].get)
 

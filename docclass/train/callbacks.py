@@ -412,7 +412,6 @@ class PredictionWriter(BasePredictionWriter):
         super().__init__(write_interval="batch")
         self.path = path
         self._handle = None
-        self._sharded = False
         # (module, checkpoint path) -> the temperature fitted on these weights, or None.
         self.temperature_of: Callable[[pl.LightningModule, str | None], float | None] | None = None
         self.temperature: float | None = None
@@ -423,15 +422,14 @@ class PredictionWriter(BasePredictionWriter):
             path = Path(trainer.default_root_dir) / path
         path.parent.mkdir(parents=True, exist_ok=True)
         self.resolved_path = path
-        self._sharded = trainer.world_size > 1
         # The checkpoint's weights are in the module by now.
         self.temperature = (
             self.temperature_of(pl_module, trainer.ckpt_path) if self.temperature_of else None
         )
-        if self._sharded:
-            # Each rank predicts its own shard into its own file; rank 0 merges them at the end.
-            path = self._rank_path(path, trainer.global_rank)
-        self._handle = path.open("w", encoding="utf-8")
+        # Each rank predicts its own shard into its own file; rank 0 merges them at the end,
+        # in split order. One process too: its batches come in length order, and the file's
+        # order differed between one process and several.
+        self._handle = self._rank_path(path, trainer.global_rank).open("w", encoding="utf-8")
 
     @staticmethod
     def _rank_path(path: Path, rank: int) -> Path:
@@ -474,18 +472,16 @@ class PredictionWriter(BasePredictionWriter):
             }
             if self.temperature is not None:
                 record["raw_probs"] = dict(zip(names, raw_probs, strict=True))
-            if self._sharded:
-                record["_index"] = index
+            record["_index"] = index
             self._handle.write(json.dumps(record, ensure_ascii=False) + "\n")
 
     def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._handle is not None:
             self._handle.close()
-            if self._sharded:
-                trainer.strategy.barrier("predictions written")
-                if trainer.is_global_zero:
-                    self._merge_shards(trainer.world_size)
-                trainer.strategy.barrier("predictions merged")
+            trainer.strategy.barrier("predictions written")
+            if trainer.is_global_zero:
+                self._merge_shards(trainer.world_size)
+            trainer.strategy.barrier("predictions merged")
             if not trainer.is_global_zero:
                 return
             log.info("predictions written to %s", self.resolved_path)
