@@ -116,3 +116,31 @@ def link_with_record(trainer: Any, filepath: str, linkpath: str) -> None:
             hashes = None
         if hashes:
             write_checkpoint_hashes(link, hashes)
+
+
+class LastCheckpoint(ModelCheckpoint):
+    """``last.ckpt``, written at every epoch's end, validated or not, and after every
+    validation pass inside an epoch.
+
+    Lightning's default writes it after validation only where validation is not every epoch's
+    end: with ``check_val_every_n_epoch 2`` an unvalidated last epoch was never saved, and the
+    after-fit test scored weights no file held. Saved at epoch ends alone, a run validating
+    twice an epoch (``val_check_interval 0.5``) lost the mid-epoch resume point it had.
+    """
+
+    def __init__(self, dirpath: str | Path) -> None:
+        super().__init__(
+            dirpath=dirpath,
+            filename="last",
+            save_top_k=1,
+            enable_version_counter=False,
+            save_on_train_epoch_end=True,
+        )
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        # At an epoch's last batch the epoch's end saves next, with the loop counters a
+        # resume into the next epoch reads (EpochEndResume).
+        if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+            return
+        if not self._should_skip_saving_checkpoint(trainer):
+            self._save_topk_checkpoint(trainer, self._monitor_candidates(trainer))

@@ -41,7 +41,7 @@ from docclass.train.callbacks import (
     StopOnNonFiniteLoss,
     TrainingTokenBudget,
 )
-from docclass.train.checkpoint import AtomicCheckpointIO, link_with_record
+from docclass.train.checkpoint import AtomicCheckpointIO, LastCheckpoint, link_with_record
 from docclass.train.datamodule import DocDataModule
 from docclass.train.lit_module import DocClassifierModule
 
@@ -359,17 +359,7 @@ class TrainingCLI(LightningCLI):
                 ),
                 # Lightning 2.6's save_last refreshes last.ckpt only when the monitored metric
                 # improved; an unmonitored checkpoint is rewritten after every epoch instead.
-                ModelCheckpoint(
-                    dirpath=run_dir / "checkpoints",
-                    filename="last",
-                    save_top_k=1,
-                    enable_version_counter=False,
-                    # At every epoch's end, validated or not: Lightning's default saves after
-                    # validation only where validation is not every epoch's end
-                    # (check_val_every_n_epoch 2, val_check_interval 0.5), and the after-fit
-                    # test then scored weights that no file held.
-                    save_on_train_epoch_end=True,
-                ),
+                LastCheckpoint(run_dir / "checkpoints"),
                 *_step_checkpoints(run_dir, run_config.get("checkpoint_every_n_steps")),
                 *_token_budget(run_config.get("train_tokens")),
                 RunReport(run_config),

@@ -1222,3 +1222,20 @@ def test_a_run_validating_every_second_epoch_resumes_from_an_unvalidated_epoch_e
     assert resumed["global_step"] == whole["global_step"] == 21
     for name, tensor in whole["state_dict"].items():
         torch.testing.assert_close(resumed["state_dict"][name], tensor, rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.fault(
+    "a fit validating twice an epoch (`val_check_interval 0.5`) stopped inside an epoch",
+    "last.ckpt holds the weights of its latest validation, the resume point inside the epoch",
+)
+def test_a_run_validating_inside_epochs_saves_last_at_each_validation(tmp_path):
+    from docclass.cli import main
+
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    with pytest.raises(RuntimeError, match="injected fault"):
+        main(["fit", "--config", str(CONFIGS / "tiny.yaml"), "--report_after_fit", "false",
+              "--trainer.val_check_interval", "0.5", "--trainer.default_root_dir",
+              str(tmp_path), "--trainer.callbacks+=test_resume.FailAtStep",
+              "--trainer.callbacks.at", "5"])  # fmt: skip
+    # 7 batches an epoch, validated after the 3rd and 6th: the 3rd's state, not none.
+    assert torch.load(last, weights_only=True)["global_step"] == 3
