@@ -76,11 +76,18 @@ class RandomState(pl.Callback):
     def __init__(self) -> None:
         self._state: dict[str, Any] | None = None
         self._set_again_at_train_start = False
+        self._at_batch_start: dict[str, Any] | None = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        # SLURM's requeue signal saves a checkpoint inside a step, after its dropout draws; the
+        # resumed run does that step again, and must draw what it drew the first time.
+        self._at_batch_start = _generator_state()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._at_batch_start = None
 
     def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": _python_state()}
-        if torch.cuda.is_available():
-            state["cuda"] = torch.cuda.get_rng_state_all()
+        state = self._at_batch_start or _generator_state()
         rank, world = process_rank()
         if world > 1:
             # Every rank builds the checkpoint, only rank 0 writes it: without gathering, every
@@ -166,6 +173,13 @@ class EpochEndResume(pl.Callback):
             # resume sits one step later than the uninterrupted run's.
             trainer.fit_loop.epoch_loop.restarting = False
         self._marked = False
+
+
+def _generator_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": _python_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def _set_generators(state: dict[str, Any]) -> None:

@@ -1239,3 +1239,25 @@ def test_a_run_validating_inside_epochs_saves_last_at_each_validation(tmp_path):
               "--trainer.callbacks.at", "5"])  # fmt: skip
     # 7 batches an epoch, validated after the 3rd and 6th: the 3rd's state, not none.
     assert torch.load(last, weights_only=True)["global_step"] == 3
+
+
+@pytest.mark.fault(
+    "a checkpoint written inside a training step (SLURM's requeue signal: Lightning saves "
+    "hpc_ckpt_N.ckpt from the signal handler, after the step's dropout draws)",
+    "it keeps the random generators of the step's start, so the resumed run draws the same "
+    "dropout again (a requeued job trained to weights up to 0.0076 away)",
+)
+def test_a_checkpoint_written_inside_a_step_keeps_the_generators_of_its_start():
+    from docclass.train.callbacks import RandomState
+
+    keeper = RandomState()
+    torch.manual_seed(3)
+    keeper.on_train_batch_start(None, None, None, 0)
+    drawn = torch.rand(4)  # the step's dropout
+    inside = keeper.state_dict()
+    keeper.on_train_batch_end(None, None, None, None, 0)
+    after = keeper.state_dict()  # a checkpoint at the step's end keeps the state then
+    keeper.load_state_dict(inside)
+    assert torch.equal(torch.rand(4), drawn)
+    keeper.load_state_dict(after)
+    assert not torch.equal(torch.rand(4), drawn)
