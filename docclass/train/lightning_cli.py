@@ -246,9 +246,16 @@ class TrainingCLI(LightningCLI):
     @classmethod
     def _newest_hpc_checkpoint(cls, section) -> str | None:
         run_dir = cls._run_dir(section)
+        files = list(run_dir.iterdir()) if run_dir.is_dir() else []
+        for record in files:
+            # A record whose checkpoint is gone: Lightning's own look, when given no
+            # checkpoint, would read it as checkpoint 1256 and fail to open that.
+            if HPC_CHECKPOINT.fullmatch(record.name.removesuffix(".sha256")):
+                if record.name.endswith(".sha256") and not record.with_suffix("").exists():
+                    record.unlink(missing_ok=True)
         found = [
             (int(match[1]), path)
-            for path in (run_dir.iterdir() if run_dir.is_dir() else ())
+            for path in files
             if (match := HPC_CHECKPOINT.fullmatch(path.name)) and path.is_file()
         ]
         return str(max(found)[1]) if found else None
@@ -402,22 +409,38 @@ class TrainingCLI(LightningCLI):
             self._run_lock = lock_folder(run_dir, "--trainer.default_root_dir")
 
     def after_fit(self) -> None:
-        if not self.config.fit.get("test_after_fit") or self.trainer.interrupted:
+        if self.trainer.interrupted:
+            return
+        run_dir = Path(self.trainer.default_root_dir)
+        for stale in sorted(run_dir.glob("hpc_ckpt_*.ckpt")):
+            # Resume points of a requeued job, older than the finished fit's weights: left,
+            # the next fit started into this folder on SLURM would continue from one of them.
+            if HPC_CHECKPOINT.fullmatch(stale.name):
+                self.trainer.strategy.remove_checkpoint(stale)
+                log.info("%s: removed, the fit it resumed has finished", stale)
+        if not self.config.fit.get("test_after_fit"):
             return
         # The weights in memory are the last epoch's: validation is too small to pick epochs.
-        # On SLURM, Lightning would load the newest hpc checkpoint into the model first (its
-        # default for every stage there), and test a requeued run's older weights: last.ckpt,
-        # written at the fit's end, holds the ones in memory.
-        weights = str(Path(self.trainer.default_root_dir) / "checkpoints" / "last.ckpt")
         evaluated = {"datamodule": self.datamodule, "verbose": False}
-        evaluated["ckpt_path"] = weights if on_slurm() else None
+        held = None
+        if on_slurm():
+            # There Lightning loads the newest hpc checkpoint into the model for every stage
+            # given none, and tested a requeued run's older weights. The weights in memory are
+            # given a file of their own (last.ckpt may be another run's, or unwritten).
+            held = Path(self.trainer.default_root_dir) / "checkpoints" / ".after-fit.ckpt"
+            self.trainer.save_checkpoint(held, weights_only=True)
+            evaluated["ckpt_path"] = str(held)
         report = next((c for c in self.trainer.callbacks if isinstance(c, RunReport)), None)
-        if report is not None and report.validated_at_step != self.trainer.global_step:
-            # The last validation pass saw older weights (check_val_every_n_epoch 2, max_steps
-            # inside an epoch) or none ran (a finished run fitted again from last.ckpt):
-            # metrics.json's figures of validation are of the weights tested, or of none.
-            self.trainer.validate(self.model, **evaluated)
-        self.trainer.test(self.model, **evaluated)
+        try:
+            if report is not None and report.validated_at_step != self.trainer.global_step:
+                # The last validation pass saw older weights (check_val_every_n_epoch 2,
+                # max_steps inside an epoch) or none ran (a finished run fitted again from
+                # last.ckpt): metrics.json's figures of validation are of the weights tested.
+                self.trainer.validate(self.model, **evaluated)
+            self.trainer.test(self.model, **evaluated)
+        finally:
+            if held is not None:
+                self.trainer.strategy.remove_checkpoint(held)
         self.after_test()
 
     def after_test(self) -> None:

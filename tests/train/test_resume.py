@@ -1173,6 +1173,7 @@ def test_a_requeued_slurm_job_resumes_from_its_hpc_checkpoint_and_tests_its_fina
     hpc = tmp_path / "hpc_ckpt_1.ckpt"
     shutil.copy(tmp_path / "checkpoints" / "last.ckpt", hpc)
     write_checkpoint_hashes(hpc, [sha256_of(hpc)])
+    resumed_from = checkpoint_fingerprint(hpc)
     for name, value in SLURM_TASK.items():
         monkeypatch.setenv(name, value)
     main([*settings, "--trainer.max_epochs", "2"])
@@ -1182,7 +1183,18 @@ def test_a_requeued_slurm_job_resumes_from_its_hpc_checkpoint_and_tests_its_fina
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["global_steps"] == 14
     assert metrics["test"]["weights"] == checkpoint_fingerprint(tmp_path / "checkpoints/last.ckpt")
-    assert metrics["test"]["weights"] != checkpoint_fingerprint(hpc)
+    assert metrics["test"]["weights"] != resumed_from
+    assert not list((tmp_path / "checkpoints").glob(".after-fit*"))
+    # The finished fit removed its resume points: a next fit into the folder starts anew.
+    assert not list(tmp_path.glob("hpc_ckpt_*"))
+    # A fit that writes no checkpoint (fast_dev_run) into a folder holding an older run's
+    # last.ckpt, and a hash record whose hpc checkpoint is gone (Lightning read it as
+    # checkpoint 1256): the weights tested are the fit's own, never the older file's.
+    (tmp_path / "hpc_ckpt_3.ckpt.sha256").write_text(f"{'0' * 64}  hpc_ckpt_3.ckpt\n")
+    main([*settings, "--trainer.fast_dev_run", "true"])
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["global_steps"] == 1
+    assert metrics["test"]["weights"] != checkpoint_fingerprint(tmp_path / "checkpoints/last.ckpt")
 
 
 class FailAtStep(Callback):
