@@ -38,7 +38,10 @@ class AttentionSnapshots(pl.Callback):
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         epoch = trainer.current_epoch
-        if trainer.sanity_checking or not trainer.is_global_zero:
+        # Validation passes of a fit alone: the one at the fit's end (weights no pass saw)
+        # is not an epoch's, and would be filed as the next epoch's pages.
+        fitting = trainer.state.fn == "fit"
+        if trainer.sanity_checking or not trainer.is_global_zero or not fitting:
             return
         if (epoch + 1) % self.every_n_epochs:
             return

@@ -1134,6 +1134,8 @@ def test_the_after_fit_test_scores_the_weights_last_ckpt_holds(tmp_path):
     last = tmp_path / "checkpoints" / "last.ckpt"
     assert torch.load(last, weights_only=True)["epoch"] == 2
     assert metrics["test"]["weights"] == checkpoint_fingerprint(last)
+    # Snapshot pages of the fit's validation passes alone: the one at its end is no epoch's.
+    assert sorted(p.name for p in (tmp_path / "attention").iterdir()) == ["epoch_001"]
     # Validation of the same weights again: the figures metrics.json keeps.
     main([
         "validate", "--config", str(CONFIGS / "tiny.yaml"), "--ckpt_path", str(last),
