@@ -154,12 +154,12 @@ def fit_run(config: str, fit_args: list[str], split: dict[str, list[str]], run_d
     # The split a finished run wrote is what its DataModule really read; an unfinished one is
     # judged by what it was asked for.
     previous = written if metrics.is_file() else asked
-    if (metrics.is_file() or asked.is_file()) and _ids_only(read_json(previous)) != _ids_only(
-        split
+    if (metrics.is_file() or asked.is_file()) and not _same_documents(
+        read_json(previous), read_json(asked) if asked.is_file() else None, split
     ):
         raise ConfigError(
             f"{run_dir}: was trained on another split (another plan, --filter_by or "
-            "--with_audits), or its "
+            "--with_audits), or on documents whose texts or labels have changed since, or its "
             "split is unknown; delete that folder to train it again"
         )
     if (
@@ -185,11 +185,37 @@ def fit_run(config: str, fit_args: list[str], split: dict[str, list[str]], run_d
     return read_json(metrics)
 
 
-def _with_text_hashes(split: dict[str, list[str]], texts: dict[str, str]) -> dict[str, Any]:
+def _with_text_hashes(
+    split: dict[str, list[str]], texts: dict[str, str], labels: dict[str, str] | None = None
+) -> dict[str, Any]:
     """``split`` with each named document's text hash, as a run's own split.json has: a fold
-    run's child process then refuses data that changed after the audit planned its folds."""
+    run's child process then refuses data that changed after the audit planned its folds.
+    With ``labels``, a hash of every named document's label too (a finished run is reused
+    only for the same ones: the re-training's test labels are in no plan)."""
     ids = [doc_id for name in ("train", "val", "test") for doc_id in split[name]]
-    return {**split, TEXT_HASHES: {doc_id: text_hash(texts[doc_id]) for doc_id in ids}}
+    content = {**split, TEXT_HASHES: {doc_id: text_hash(texts[doc_id]) for doc_id in ids}}
+    if labels is not None:
+        given = json.dumps([[doc_id, labels[doc_id]] for doc_id in ids])
+        content[LABELS_SHA256] = hashlib.sha256(given.encode()).hexdigest()
+    return content
+
+
+def _same_documents(written: dict | None, asked: dict | None, split: dict[str, Any]) -> bool:
+    """Whether a run's split (``written``: what it read, or what it was asked) names the
+    documents of ``split``: the same ids, the same texts where it recorded them, and the
+    same labels where the request it was started with recorded them. A run reused on ids
+    alone kept the re-training's test figures of texts since changed."""
+    if written is None or _ids_only(written) != _ids_only(split):
+        return False
+    recorded = written.get(TEXT_HASHES) or {}
+    asked_texts = split.get(TEXT_HASHES) or {}
+    if any(recorded.get(doc_id, text) != text for doc_id, text in asked_texts.items()):
+        return False
+    labels = (asked or {}).get(LABELS_SHA256)
+    return labels is None or labels == split.get(LABELS_SHA256, labels)
+
+
+LABELS_SHA256 = "labels_sha256"
 
 
 def _ids_only(split: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -606,12 +632,18 @@ def retrain_without(
         for s in ("train", "val", "test")
         for doc_id, text in zip(split[s], datamodule.splits[s]["text"], strict=True)
     }
+    names = datamodule.label_names
+    labels = {
+        doc_id: names[label]
+        for s in ("train", "val", "test")
+        for doc_id, label in zip(split[s], datamodule.splits[s]["label"], strict=True)
+    }
     cleaned = {s: [i for i in ids if i not in flagged] if s != "test" else ids
                for s, ids in split.items()}  # fmt: skip
     figures: dict[str, Any] = {"test_documents": len(split["test"])}
     for name, chosen in (("baseline", split), ("cleaned", cleaned)):
         metrics = fit_run(
-            config, fit_args, _with_text_hashes(chosen, texts), out / "retrain" / name
+            config, fit_args, _with_text_hashes(chosen, texts, labels), out / "retrain" / name
         )
         # Flagged validation documents are removed too: both counts, so the page adds up.
         figures[name] = {

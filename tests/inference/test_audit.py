@@ -112,6 +112,15 @@ def test_a_run_folder_of_another_split_is_not_reused(tmp_path, monkeypatch):
     # The text hashes a run writes beside the ids are no other split.
     (run_dir / "split.json").write_text(json.dumps({**same, "text_sha256": {"1": "0f"}}))
     assert audit.fit_run("c.yaml", [], same, run_dir) == {"test": {"accuracy": 1.0}}
+    # Texts or labels changed since the run (the re-training's test split is in no plan): its
+    # figures are of other documents. Labels are judged by the request the run started with.
+    changed_text = {**same, "text_sha256": {"1": "1f"}}
+    with pytest.raises(ConfigError, match="texts or labels have changed"):
+        audit.fit_run("c.yaml", [], changed_text, run_dir)
+    (run_dir / audit.REQUESTED_SPLIT).write_text(json.dumps({**same, "labels_sha256": "aa"}))
+    with pytest.raises(ConfigError, match="texts or labels have changed"):
+        audit.fit_run("c.yaml", [], {**same, "labels_sha256": "bb"}, run_dir)
+    assert audit.fit_run("c.yaml", [], {**same, "labels_sha256": "aa"}, run_dir)
     # Unfinished: judged by what it was asked to train on.
     (run_dir / "metrics.json").unlink()
     with pytest.raises(ConfigError, match="cleaned: was trained on another split"):
@@ -179,7 +188,11 @@ def test_flagged_words_contrast_the_two_labels_by_each_fold_model_s_default_meth
 def test_retraining_drops_the_flagged_documents_and_keeps_the_test_split(tmp_path, monkeypatch):
     splits = {"train": ["a", "b", "c", "d"], "val": ["e", "f"], "test": ["g", "h"]}
     datamodule = SimpleNamespace(
-        splits={s: {"id": ids, "text": [f"text of {i}" for i in ids]} for s, ids in splits.items()}
+        splits={
+            s: {"id": ids, "text": [f"text of {i}" for i in ids], "label": [0] * len(ids)}
+            for s, ids in splits.items()
+        },
+        label_names=["sport"],
     )
     trained = {}
 
@@ -196,8 +209,11 @@ def test_retraining_drops_the_flagged_documents_and_keeps_the_test_split(tmp_pat
     # Each run is asked for its ids, with their texts' hashes for its child process to check.
     hashes = {i: text_hash(f"text of {i}") for ids in splits.values() for i in ids}
     kept = {i: hashes[i] for i in hashes if i not in {"b", "e"}}
+    labelled = {name: run[2].pop(audit.LABELS_SHA256) for name, run in trained.items()}
     assert trained == {"baseline": ("c.yaml", ["--x"], {**splits, TEXT_HASHES: hashes}),
                        "cleaned": ("c.yaml", ["--x"], {**cleaned, TEXT_HASHES: kept})}  # fmt: skip
+    assert len(set(labelled.values())) == 2  # and their labels' hash, each its own documents'
+
     assert figures["removed"] == 2 and figures["test_documents"] == 2
     assert figures["baseline"] == {"accuracy": 0.5, "macro_f1": 0.4, "documents": 3,
                                    "train_documents": 4, "val_documents": 2}  # fmt: skip
