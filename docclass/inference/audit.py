@@ -480,6 +480,12 @@ def _read_or_write_plan(
         **settings,
         # The config file itself: a fold trained under another recipe must not be mixed in.
         "config file": hashlib.sha256(Path(settings["config"]).read_bytes()).hexdigest(),
+        # And those --fit_args names (--config extra.yaml): their settings are the folds' too.
+        "files in fit_args": {
+            arg: hashlib.sha256(Path(arg).read_bytes()).hexdigest()
+            for arg in settings["fit_args"]
+            if Path(arg).suffix.lower() in {".yaml", ".yml", ".json"} and Path(arg).is_file()
+        },
         "documents and labels": documents_fingerprint(ids, texts, given),
     }
     path = out / PLAN
@@ -497,6 +503,13 @@ def _read_or_write_plan(
                 f"or delete the folder {out} to start over"
             )
         return plan
+    trained = [name for name in ("folds", "retrain") if (out / name).is_dir()]
+    if trained:
+        # Their runs would be reused on their split ids alone, whatever settings trained them.
+        raise ConfigError(
+            f"{out}: holds {' and '.join(trained)}/ but no {PLAN}, so what trained them is "
+            f"unknown; pass another --out, or delete the folder {out} to start over"
+        )
     folds_of = plan_folds(
         ids, [names.index(g) for g in given], names, settings["folds"],
         datamodule.val_fraction, datamodule.split_seed,

@@ -128,6 +128,32 @@ def test_a_run_folder_of_another_split_is_not_reused(tmp_path, monkeypatch):
 
 
 @pytest.mark.fault(
+    "audit resumed after a config file named in --fit_args changed, or into a folder whose "
+    "fold runs have lost their audit_plan.json",
+    "refused in one line before anything trains; folds trained under other settings were "
+    "reused beside new ones",
+)
+def test_an_audit_is_resumed_only_under_the_settings_that_trained_its_folds(tmp_path):
+    config, extra = tmp_path / "c.yaml", tmp_path / "extra.yaml"
+    config.write_text("data: {}\n")
+    extra.write_text("model: {n_layers: 0}\n")
+    pool = {str(i): (f"text {i}", "ab"[i % 2]) for i in range(12)}
+    settings = {"config": str(config), "fit_args": ["--config", str(extra)], "folds": 2,
+                "label_names": ["a", "b"]}  # fmt: skip
+    datamodule = SimpleNamespace(val_fraction=0.25, split_seed=0)
+    out = tmp_path / "audit"
+    plan = audit._read_or_write_plan(out, settings, pool, datamodule)
+    assert audit._read_or_write_plan(out, settings, pool, datamodule) == plan
+    extra.write_text("model: {n_layers: 2}\n")
+    with pytest.raises(ConfigError, match="holds an audit with other files in fit_args"):
+        audit._read_or_write_plan(out, settings, pool, datamodule)
+    (out / audit.PLAN).unlink()
+    (out / "folds" / "fold-0").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="holds folds/ but no audit_plan.json"):
+        audit._read_or_write_plan(out, settings, pool, datamodule)
+
+
+@pytest.mark.fault(
     "audit: a fold folder with checkpoints/last.ckpt but neither metrics.json nor "
     "requested_split.json",
     "refused in one line naming the folder (delete it); never resumed on an unknown split",
