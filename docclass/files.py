@@ -94,8 +94,12 @@ PLAIN_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 def spreadsheet_safe(value: Any) -> Any:
-    """A CSV text cell that a spreadsheet would run as a formula, with ``'`` in front; any
-    other value, a plain number among them, as it is."""
+    """A CSV text cell that a spreadsheet would run as a formula, with ``'`` in front; one
+    that starts with ``'`` too, so that stripping one leading ``'`` always gives the value
+    back (``=X`` and ``'=X`` were one cell); any other value, a plain number among them, as it
+    is."""
+    if isinstance(value, str) and value.startswith("'"):
+        return f"'{value}"
     if not isinstance(value, str) or not value.startswith(FORMULA_STARTS):
         return value
     return value if PLAIN_NUMBER.fullmatch(value) else f"'{value}"

