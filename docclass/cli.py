@@ -85,6 +85,13 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'docclass.cli' has no attribute {name!r}")
 
 
+def _metrics_written(trainer: Any) -> Path | None:
+    """The metrics file the trainer's last test wrote (``metrics.json``, or
+    ``metrics.<checkpoint>.json`` in a run's folder), if there is one."""
+    written = next((c.written for c in trainer.callbacks if getattr(c, "written", None)), None)
+    return written if written is not None and written.is_file() else None
+
+
 @functools.cache
 def doc_class_cli() -> type:
     from docclass.artifacts.load import TrainedClassifier
@@ -98,14 +105,10 @@ def doc_class_cli() -> type:
         report of the test split after ``fit``."""
 
         def after_test(self) -> None:
-            run_dir = Path(self.trainer.default_root_dir)
-            written = next(
-                (c.written for c in self.trainer.callbacks if getattr(c, "written", None)), None
-            )
             # The figures of the scores just written: testing best.ckpt in its run's folder
             # redrew the fit's confusion matrix, of other weights.
-            if self.trainer.is_global_zero and written is not None and written.is_file():
-                write_run_figures(run_dir, written.name)
+            if self.trainer.is_global_zero and (written := _metrics_written(self.trainer)):
+                write_run_figures(self.trainer.default_root_dir, written.name)
 
         def after_fit(self) -> None:
             super().after_fit()

@@ -74,11 +74,7 @@ def classify_command(
         shard_documents: with --engine ray, about this many documents per part file (a
             JSON Lines file is cut at lines, Parquet at row groups; a CSV file stays whole).
     """
-    if min_probability is not None and not 0 < min_probability <= 1:
-        raise ConfigError(
-            f"--min_probability {min_probability}: give a probability in (0, 1], such as a "
-            "threshold the report lists for a target precision"
-        )
+    _check_min_probability(min_probability)
     _say_unused_options(
         engine, top_words, method, address, workers, cpus_per_worker, num_gpus, shard_documents
     )
@@ -116,6 +112,14 @@ def classify_command(
     if strict and counts["errors"]:
         sys.exit(1)
     return counts
+
+
+def _check_min_probability(min_probability: float | None) -> None:
+    if min_probability is not None and not 0 < min_probability <= 1:
+        raise ConfigError(
+            f"--min_probability {min_probability}: give a probability in (0, 1], such as a "
+            "threshold the report lists for a target precision"
+        )
 
 
 def _say_unused_options(

@@ -131,6 +131,14 @@ class ModelConfig:
             problems.append(f"norm must be one of {NORM_PLACEMENTS}, got {self.norm!r}")
         if self.positions not in POSITION_KINDS:
             problems.append(f"positions must be one of {POSITION_KINDS}, got {self.positions!r}")
+        problems += self._type_problems()
+        if problems:
+            raise ConfigError("model config: " + "; ".join(problems))
+
+    def _type_problems(self) -> list[str]:
+        """Values of the wrong kind, as a hand-edited config.json holds them: "1e-5" was a
+        traceback inside layer_norm, -1 made every output NaN, "no" a true switch."""
+        problems = []
         eps = self.norm_eps
         if type(eps) not in (int, float) or not (math.isfinite(eps) and 0 < eps < 1):
             problems.append(f"norm_eps must be a positive number below 1, got {eps!r}")
@@ -139,8 +147,7 @@ class ModelConfig:
                 problems.append(
                     f"{field.name} must be true or false, got {getattr(self, field.name)!r}"
                 )
-        if problems:
-            raise ConfigError("model config: " + "; ".join(problems))
+        return problems
 
     def to_dict(self) -> dict:
         """Plain-type dict, safe to store in a ``weights_only`` checkpoint."""

@@ -104,9 +104,7 @@ class TrainingCLI(LightningCLI):
         )
         parser.add_argument(
             "--report_max_documents",
-            # Positive, as docclass report's: -3 was a numpy traceback after training, 0 an
-            # empty report, and -2 chose the default method on one document.
-            type=PositiveInt | None,
+            type=PositiveInt | None,  # as report's: -3 was a traceback after training
             default=1000,
             help="the after-fit report explains at most this many test documents: every "
             "misclassified one first, then a sample stratified by class (headline figures stay "
@@ -115,9 +113,7 @@ class TrainingCLI(LightningCLI):
 
         parser.add_argument(
             "--report_faithfulness_documents",
-            # Positive, as docclass report's: -3 was a numpy traceback after training, 0 an
-            # empty report, and -2 chose the default method on one document.
-            type=PositiveInt | None,
+            type=PositiveInt | None,  # -2 chose the default method on one document
             default=None,
             help="the after-fit report measures each method's faithfulness on a sample of this "
             "many of its documents, misclassified ones in the split's share, each part in "
@@ -155,16 +151,7 @@ class TrainingCLI(LightningCLI):
             section.trainer.default_root_dir = root
         ckpt_path = section.get("ckpt_path") if section is not None else None
         if ckpt_path == "hpc" or (ckpt_path is None and subcommand == "fit" and on_slurm()):
-            # A requeued SLURM job resumes from its newest hpc checkpoint, as Lightning's own
-            # choice would, but through docclass's checks, settings and tokenizer.
-            newest = self._newest_hpc_checkpoint(section)
-            if newest is None and ckpt_path == "hpc":
-                raise CheckpointError(
-                    f"--ckpt_path hpc: {self._run_dir(section)} holds no hpc_ckpt_N.ckpt (a "
-                    "SLURM job writes one when it is requeued); give last or a checkpoint file"
-                )
-            if newest is not None:
-                section.ckpt_path = ckpt_path = newest
+            section.ckpt_path = ckpt_path = self._hpc_checkpoint(section, ckpt_path)
         if ckpt_path in ("last", "best"):
             # Lightning's CLI reads a named file's settings but not `last`'s, so the config's
             # built another network than the weights it resumed, silently. `last` (and `best`)
@@ -196,6 +183,10 @@ class TrainingCLI(LightningCLI):
         given = self._given_model_settings(subcommand)
         super()._parse_ckpt_path()
         kept = self.config[subcommand].get("model") if given else None
+        self._say_settings_not_used(subcommand, ckpt_path, given, kept)
+
+    @staticmethod
+    def _say_settings_not_used(subcommand: str, ckpt_path: str, given: dict, kept: Any) -> None:
         kept = kept.as_dict() if kept is not None else {}
         # Lightning's CLI replaces the model's settings with the checkpoint's, the ones given
         # on the command line too, without a word: a resumed fit trains on as it was saved.
@@ -242,6 +233,18 @@ class TrainingCLI(LightningCLI):
         """The file Lightning's ``last``/``best`` names in this run's folder, if it is there."""
         named = cls._run_dir(section) / "checkpoints" / f"{alias}.ckpt"
         return str(named) if named.is_file() else None
+
+    @classmethod
+    def _hpc_checkpoint(cls, section, ckpt_path: str | None) -> str | None:
+        """A requeued SLURM job resumes from its newest hpc checkpoint, as Lightning's own
+        choice would, but through docclass's checks, settings and tokenizer."""
+        newest = cls._newest_hpc_checkpoint(section)
+        if newest is None and ckpt_path == "hpc":
+            raise CheckpointError(
+                f"--ckpt_path hpc: {cls._run_dir(section)} holds no hpc_ckpt_N.ckpt (a SLURM "
+                "job writes one when it is requeued); give last or a checkpoint file"
+            )
+        return newest if newest is not None else ckpt_path
 
     @classmethod
     def _newest_hpc_checkpoint(cls, section) -> str | None:
