@@ -813,6 +813,12 @@ def _audit(
     datamodule = datamodule_from_config(config, fit_args)
     datamodule.prepare()
     pool = audited_pool(datamodule)
+    if retrain and not len(datamodule.splits["test"]):
+        # Found now, not after every fold has trained (the re-training's test step failed).
+        raise ConfigError(
+            f"--retrain scores both trainings on the test split, and {config} gives it no "
+            "documents; give a split with a test part, or drop --retrain"
+        )
     names = list(datamodule.label_names)
     settings = {"config": config, "fit_args": fit_args, "folds": folds, "label_names": names}
     plan = _read_or_write_plan(out_dir, settings, pool, datamodule)

@@ -426,6 +426,27 @@ def noisy_corpus(tmp_path_factory):
 
 
 @pytest.mark.fault(
+    "audit --retrain with a split whose test part is empty (a data.split_file)",
+    "refused in one line before any fold trains (the re-training's test step failed with a "
+    "traceback after every fold had trained)",
+)
+def test_retraining_without_test_documents_is_refused_before_training(
+    noisy_corpus, tmp_path, monkeypatch, capsys
+):
+    folder, _ = noisy_corpus
+    ids = [json.loads(line)["id"] for line in (folder / "corpus.jsonl").read_text().splitlines()]
+    split_file = tmp_path / "split.json"
+    split_file.write_text(json.dumps({"train": ids[:120], "val": ids[120:], "test": []}))
+    monkeypatch.setattr(audit, "run_child", lambda *_, **__: pytest.fail("trained"))
+    fit_args = json.dumps(["--data.source", str(folder / "corpus.jsonl"),
+                           "--data.split_file", str(split_file)])  # fmt: skip
+    with pytest.raises(SystemExit):
+        main(["audit", "--config", TINY, "--out", str(tmp_path / "audit"), "--folds", "2",
+              "--fit_args", fit_args, "--retrain", "true"])  # fmt: skip
+    assert "gives it no documents" in capsys.readouterr().err
+
+
+@pytest.mark.fault(
     "audit: killed and run again; resumed into a folder planned with other settings",
     "finished folds reused, probabilities of other weights scored again; another plan refused "
     "in one line naming what differs",
