@@ -8,6 +8,7 @@ import pytest
 import torch
 import yaml
 from helpers import CONFIGS, write_ag_news_like, write_jsonl
+from lightning.pytorch import Callback
 
 from docclass.artifacts.checkpoint import ARTIFACT_KEY
 from docclass.artifacts.load import checkpoint_fingerprint, read_artifact
@@ -116,7 +117,20 @@ def test_every_checkpoint_of_a_run_has_its_hash_recorded_beside_it(fitted):
         assert record == f"{digest}  {checkpoint.name}\n"
 
 
+class FailPredictAtBatch1(Callback):
+    def on_predict_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        if batch_idx == 1:
+            raise RuntimeError("predict killed")
+
+
 def test_predict_writes_one_row_per_document(fitted, tmp_path):
+    # An earlier run's file: a predict that fails before its merge must not leave it standing.
+    (tmp_path / "predictions.jsonl").write_text('{"id": "STALE"}\n')
+    with pytest.raises(RuntimeError, match="predict killed"):
+        from_checkpoint(
+            "predict", fitted, tmp_path, "--trainer.callbacks+=test_cli.FailPredictAtBatch1"
+        )
+    assert not (tmp_path / "predictions.jsonl").exists()
     from_checkpoint("predict", fitted, tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
     assert len(rows) == 213 and len({r["id"] for r in rows}) == 213

@@ -133,6 +133,11 @@ def _refuse_a_folder_export_did_not_write(out: Path) -> None:
 def read_folder_config(folder: str | Path) -> dict[str, Any]:
     """A model folder's ``config.json``, checked to be one docclass wrote and can read."""
     folder = Path(folder)
+    if folder.is_file():
+        raise CheckpointError(
+            f"{folder}: a file, not a model folder; 'docclass export --ckpt {folder} --out "
+            "<folder>' writes one"
+        )
     if not folder.is_dir():
         raise CheckpointError(f"{folder}: no such folder; give a folder 'docclass export' wrote")
     missing = [name for name in MODEL_FOLDER_FILES if not (folder / name).is_file()]

@@ -174,8 +174,10 @@ def fit_run(config: str, fit_args: list[str], split: dict[str, list[str]], run_d
             "train it again"
         )
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_json_file(asked, split)
     if not metrics.is_file():
+        # Written for a run about to train only: a finished run's request stays as it started
+        # it (an old one, without labels, is not stamped with today's).
+        write_json_file(asked, split)
         returncode = run_child(_fit_command(config, fit_args, asked, run_dir))
         if returncode or not metrics.is_file():
             raise UserError(
@@ -481,11 +483,7 @@ def _read_or_write_plan(
         # The config file itself: a fold trained under another recipe must not be mixed in.
         "config file": hashlib.sha256(Path(settings["config"]).read_bytes()).hexdigest(),
         # And those --fit_args names (--config extra.yaml): their settings are the folds' too.
-        "files in fit_args": {
-            arg: hashlib.sha256(Path(arg).read_bytes()).hexdigest()
-            for arg in settings["fit_args"]
-            if Path(arg).suffix.lower() in {".yaml", ".yml", ".json"} and Path(arg).is_file()
-        },
+        "files in fit_args": _files_named(settings["fit_args"]),
         "documents and labels": documents_fingerprint(ids, texts, given),
     }
     path = out / PLAN
@@ -518,6 +516,18 @@ def _read_or_write_plan(
     out.mkdir(parents=True, exist_ok=True)
     write_json_file(path, plan)
     return plan
+
+
+def _files_named(fit_args: list[str]) -> dict[str, str]:
+    """The SHA-256 of each config file ``fit_args`` names (``--config extra.yaml`` or
+    ``--config=extra.yaml``): their settings are the folds' too."""
+    values = [arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
+              for arg in fit_args]  # fmt: skip
+    return {
+        value: hashlib.sha256(Path(value).read_bytes()).hexdigest()
+        for value in values
+        if Path(value).suffix.lower() in {".yaml", ".yml", ".json"} and Path(value).is_file()
+    }
 
 
 def _accuracy(

@@ -77,17 +77,24 @@ class RandomState(pl.Callback):
         self._state: dict[str, Any] | None = None
         self._set_again_at_train_start = False
         self._at_batch_start: dict[str, Any] | None = None
+        self._batches: Any = None  # the fit loop's batch counters, while a fit runs
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         # SLURM's requeue signal saves a checkpoint inside a step, after its dropout draws; the
         # resumed run does that step again, and must draw what it drew the first time.
         self._at_batch_start = _generator_state()
+        self._batches = trainer.fit_loop.epoch_loop.batch_progress.current
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._at_batch_start = None
 
     def state_dict(self) -> dict[str, Any]:
-        state = self._at_batch_start or _generator_state()
+        # Only while the step is not yet counted as processed: from then on a resume goes on
+        # with the next batch, which draws on from the state now.
+        batches = self._batches
+        inside_step = batches is not None and batches.processed < batches.started
+        state = self._at_batch_start if inside_step and self._at_batch_start else None
+        state = state or _generator_state()
         rank, world = process_rank()
         if world > 1:
             # Every rank builds the checkpoint, only rank 0 writes it: without gathering, every
@@ -440,6 +447,9 @@ class PredictionWriter(BasePredictionWriter):
         self.temperature = (
             self.temperature_of(pl_module, trainer.ckpt_path) if self.temperature_of else None
         )
+        if trainer.is_global_zero:
+            # An earlier run's file must not outlive a predict that fails before its merge.
+            path.unlink(missing_ok=True)
         # Each rank predicts its own shard into its own file; rank 0 merges them at the end,
         # in split order. One process too: its batches come in length order, and the file's
         # order differed between one process and several.
@@ -510,8 +520,10 @@ class PredictionWriter(BasePredictionWriter):
                 for line in handle:
                     record = json.loads(line)
                     by_index.setdefault(record.pop("_index"), record)
-        with self.resolved_path.open("w", encoding="utf-8") as handle:
+        partial = self.resolved_path.with_name(f".{self.resolved_path.name}.partial")
+        with partial.open("w", encoding="utf-8") as handle:
             for index in sorted(by_index):
                 handle.write(json.dumps(by_index[index], ensure_ascii=False) + "\n")
+        os.replace(partial, self.resolved_path)  # whole or absent, never half
         for shard in shards:
             shard.unlink()

@@ -414,14 +414,8 @@ class TrainingCLI(LightningCLI):
     def after_fit(self) -> None:
         if self.trainer.interrupted:
             return
-        run_dir = Path(self.trainer.default_root_dir)
-        for stale in sorted(run_dir.glob("hpc_ckpt_*.ckpt")):
-            # Resume points of a requeued job, older than the finished fit's weights: left,
-            # the next fit started into this folder on SLURM would continue from one of them.
-            if HPC_CHECKPOINT.fullmatch(stale.name):
-                self.trainer.strategy.remove_checkpoint(stale)
-                log.info("%s: removed, the fit it resumed has finished", stale)
         if not self.config.fit.get("test_after_fit"):
+            self._remove_hpc_checkpoints()
             return
         # The weights in memory are the last epoch's: validation is too small to pick epochs.
         evaluated = {"datamodule": self.datamodule, "verbose": False}
@@ -444,6 +438,17 @@ class TrainingCLI(LightningCLI):
         finally:
             if held is not None:
                 self.trainer.strategy.remove_checkpoint(held)
+        # Once metrics.json is written: a test killed before (a deferred SIGTERM) leaves the
+        # requeued job its resume point.
+        self._remove_hpc_checkpoints()
+
+    def _remove_hpc_checkpoints(self) -> None:
+        """Resume points of a requeued job, older than the finished fit's weights: left, the
+        next fit started into this folder on SLURM would continue from one of them."""
+        for stale in sorted(Path(self.trainer.default_root_dir).glob("hpc_ckpt_*.ckpt")):
+            if HPC_CHECKPOINT.fullmatch(stale.name):
+                self.trainer.strategy.remove_checkpoint(stale)
+                log.info("%s: removed, the fit it resumed has finished", stale)
         self.after_test()
 
     def after_test(self) -> None:

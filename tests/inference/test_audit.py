@@ -121,6 +121,10 @@ def test_a_run_folder_of_another_split_is_not_reused(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="texts or labels have changed"):
         audit.fit_run("c.yaml", [], {**same, "labels_sha256": "bb"}, run_dir)
     assert audit.fit_run("c.yaml", [], {**same, "labels_sha256": "aa"}, run_dir)
+    # A request written before labels were recorded is reused, and left as it was.
+    (run_dir / audit.REQUESTED_SPLIT).write_text(json.dumps(same))
+    assert audit.fit_run("c.yaml", [], {**same, "labels_sha256": "cc"}, run_dir)
+    assert json.loads((run_dir / audit.REQUESTED_SPLIT).read_text()) == same
     # Unfinished: judged by what it was asked to train on.
     (run_dir / "metrics.json").unlink()
     with pytest.raises(ConfigError, match="cleaned: was trained on another split"):
@@ -147,6 +151,9 @@ def test_an_audit_is_resumed_only_under_the_settings_that_trained_its_folds(tmp_
     extra.write_text("model: {n_layers: 2}\n")
     with pytest.raises(ConfigError, match="holds an audit with other files in fit_args"):
         audit._read_or_write_plan(out, settings, pool, datamodule)
+    # Named as --config=extra.yaml too.
+    assert audit._files_named([f"--config={extra}"]) == audit._files_named(["--config", str(extra)])
+    assert list(audit._files_named([f"--config={extra}"])) == [str(extra)]
     (out / audit.PLAN).unlink()
     (out / "folds" / "fold-0").mkdir(parents=True)
     with pytest.raises(ConfigError, match="holds folds/ but no audit_plan.json"):

@@ -696,6 +696,9 @@ def test_push_refuses_an_incomplete_folder(exported, tmp_path, monkeypatch, caps
     with pytest.raises(SystemExit):
         main(["push", "--folder", str(tmp_path / "typo"), "--repo_id", "someone/x"])
     assert "typo: no such folder" in capsys.readouterr().err  # not "lacks config.json, …"
+    with pytest.raises(SystemExit):
+        main(["push", "--folder", str(folder / "config.json"), "--repo_id", "someone/x"])
+    assert "config.json: a file, not a model folder" in capsys.readouterr().err
     assert hub.calls == []
 
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -1253,6 +1254,15 @@ def test_a_run_validating_inside_epochs_saves_last_at_each_validation(tmp_path):
               "--trainer.callbacks.at", "5"])  # fmt: skip
     # 7 batches an epoch, validated after the 3rd and 6th: the 3rd's state, not none.
     assert torch.load(last, weights_only=True)["global_step"] == 3
+    # Accumulating 2 batches a step, the 3rd batch's validation falls inside a window whose
+    # gradient is in no file: no resume point there (a resume trained to other weights).
+    with pytest.raises(RuntimeError, match="injected fault"):
+        main(["fit", "--config", str(CONFIGS / "tiny.yaml"), "--report_after_fit", "false",
+              "--trainer.val_check_interval", "0.5", "--trainer.accumulate_grad_batches", "2",
+              "--trainer.default_root_dir", str(tmp_path / "accumulated"),
+              "--trainer.callbacks+=test_resume.FailAtStep",
+              "--trainer.callbacks.at", "2"])  # fmt: skip
+    assert not (tmp_path / "accumulated" / "checkpoints" / "last.ckpt").exists()
 
 
 @pytest.mark.fault(
@@ -1265,13 +1275,46 @@ def test_a_checkpoint_written_inside_a_step_keeps_the_generators_of_its_start():
     from docclass.train.callbacks import RandomState
 
     keeper = RandomState()
+    counters = SimpleNamespace(started=5, processed=4)
+    fit_loop = SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=SimpleNamespace(
+        current=counters)))  # fmt: skip
+    trainer = SimpleNamespace(fit_loop=fit_loop)
     torch.manual_seed(3)
-    keeper.on_train_batch_start(None, None, None, 0)
+    keeper.on_train_batch_start(trainer, None, None, 0)
     drawn = torch.rand(4)  # the step's dropout
     inside = keeper.state_dict()
-    keeper.on_train_batch_end(None, None, None, None, 0)
+    counters.processed = 5  # the step is done: a resume goes on with the next batch
+    done = keeper.state_dict()  # (a save by a callback whose batch end comes first)
+    keeper.on_train_batch_end(trainer, None, None, None, 0)
     after = keeper.state_dict()  # a checkpoint at the step's end keeps the state then
     keeper.load_state_dict(inside)
     assert torch.equal(torch.rand(4), drawn)
-    keeper.load_state_dict(after)
-    assert not torch.equal(torch.rand(4), drawn)
+    for state in (done, after):
+        keeper.load_state_dict(state)
+        assert not torch.equal(torch.rand(4), drawn)
+
+
+class FailOnTest(Callback):
+    def on_test_start(self, trainer, pl_module) -> None:
+        raise RuntimeError("test killed")
+
+
+def test_a_fit_whose_test_fails_keeps_its_hpc_checkpoint(tmp_path, monkeypatch):
+    """The requeued job's resume point goes only once metrics.json is written: a test killed
+    before (a SIGTERM Lightning defers to it) would leave the next job nothing to resume."""
+    from docclass.artifacts.hashing import sha256_of, write_checkpoint_hashes
+    from docclass.cli import main
+
+    settings = [
+        "fit", "--config", str(CONFIGS / "tiny.yaml"), "--report_after_fit", "false",
+        "--trainer.default_root_dir", str(tmp_path), "--trainer.max_epochs", "1",
+    ]  # fmt: skip
+    main([*settings, "--test_after_fit", "false"])
+    hpc = tmp_path / "hpc_ckpt_1.ckpt"
+    shutil.copy(tmp_path / "checkpoints" / "last.ckpt", hpc)
+    write_checkpoint_hashes(hpc, [sha256_of(hpc)])
+    for name, value in SLURM_TASK.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(RuntimeError, match="test killed"):
+        main([*settings, "--trainer.callbacks+=test_resume.FailOnTest"])
+    assert hpc.is_file() and not (tmp_path / "metrics.json").exists()
