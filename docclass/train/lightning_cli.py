@@ -438,6 +438,7 @@ class TrainingCLI(LightningCLI):
         finally:
             if held is not None:
                 self.trainer.strategy.remove_checkpoint(held)
+        self.after_test()
         # Once metrics.json is written: a test killed before (a deferred SIGTERM) leaves the
         # requeued job its resume point.
         self._remove_hpc_checkpoints()
@@ -449,7 +450,6 @@ class TrainingCLI(LightningCLI):
             if HPC_CHECKPOINT.fullmatch(stale.name):
                 self.trainer.strategy.remove_checkpoint(stale)
                 log.info("%s: removed, the fit it resumed has finished", stale)
-        self.after_test()
 
     def after_test(self) -> None:
         """What to do once ``metrics.json`` is written; the command line draws the figures."""

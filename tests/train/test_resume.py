@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -1318,3 +1319,24 @@ def test_a_fit_whose_test_fails_keeps_its_hpc_checkpoint(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="test killed"):
         main([*settings, "--trainer.callbacks+=test_resume.FailOnTest"])
     assert hpc.is_file() and not (tmp_path / "metrics.json").exists()
+
+
+def test_the_after_test_hook_follows_the_after_fit_test_alone(tmp_path):
+    """Figures are drawn once the after-fit test has written metrics.json, and not by a fit
+    that tests nothing (the hook had slipped into the hpc clean-up, which both paths call)."""
+    from docclass.train.lightning_cli import TrainingCLI, training_cli
+
+    calls = []
+
+    class Recording(TrainingCLI):
+        def after_test(self) -> None:
+            calls.append((self.trainer.default_root_dir / Path("metrics.json")).is_file())
+
+    settings = ["fit", "--config", str(CONFIGS / "tiny.yaml"), "--trainer.max_epochs", "1",
+                "--trainer.callbacks=[]"]  # fmt: skip
+    training_cli([*settings, "--test_after_fit", "false", "--trainer.default_root_dir",
+                  str(tmp_path / "untested")], cli_class=Recording)  # fmt: skip
+    assert calls == []
+    training_cli([*settings, "--trainer.default_root_dir", str(tmp_path / "tested")],
+                 cli_class=Recording)  # fmt: skip
+    assert calls == [True]
