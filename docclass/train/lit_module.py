@@ -580,13 +580,15 @@ class DocClassifierModule(pl.LightningModule):
         # trainer.precision bf16-mixed the rows, each saying "calibrated", were up to 0.003 off
         # classify's probabilities. A bf16-true model is read through a float32 copy.
         float32 = all(parameter.dtype == torch.float32 for parameter in self.model.parameters())
-        self._predicting_model = self.model if float32 else copy.deepcopy(self.model).float()
+        # In a tuple: a module set as an attribute would join this one's submodules.
+        self._predicting = (self.model if float32 else copy.deepcopy(self.model).float(),)
 
     def on_predict_end(self) -> None:
-        self._predicting_model = None
+        self._predicting = None
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict:
-        model = getattr(self, "_predicting_model", None) or self.model
+        predicting = getattr(self, "_predicting", None)
+        model = predicting[0] if predicting else self.model
         with torch.autocast(batch["input_ids"].device.type, enabled=False):
             logits = model(batch["input_ids"], batch["attention_mask"]).logits
         return {
