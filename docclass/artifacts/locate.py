@@ -58,6 +58,9 @@ def download_hub_model(hub_id: str) -> Path:
             "from the repository's history)"
         )
     repo, revision = match["repo"], match["revision"]
+    if revision is not None and COMMIT.match(revision.lower()):
+        # A commit copied in upper case is the same commit; the hub knows it in lower case.
+        revision = revision.lower()
     pinned = revision is not None and COMMIT.match(revision) is not None
     if not pinned and os.environ.get(ALLOW_UNPINNED) != "1":
         raise CheckpointError(

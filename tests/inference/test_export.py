@@ -618,6 +618,9 @@ def test_push_then_load_by_pinned_hub_id(exported, tmp_path, monkeypatch, ckpt):
     )
     loaded = DocClassifier.load(f"hub:someone/bbc-docclass@{COMMIT}", device="cpu")
     assert hub.calls[-1][:3] == ("snapshot_download", "someone/bbc-docclass", COMMIT)
+    # A commit copied in upper case is the same pin (it was refused as "not pinned").
+    DocClassifier.load(f"hub:someone/bbc-docclass@{COMMIT.upper()}", device="cpu")
+    assert hub.calls[-1][:3] == ("snapshot_download", "someone/bbc-docclass", COMMIT)
     expected = DocClassifier.load(ckpt, device="cpu").predict(TEXTS)
     assert [r["probs"] for r in loaded.predict(TEXTS)] == [r["probs"] for r in expected]
     with pytest.raises(CheckpointError, match="hub download failed"):
