@@ -51,8 +51,10 @@ def document_agreement(
 
 def add_agreement(records: Sequence[dict], flagged: int = 10) -> dict[str, Any]:
     """Store each record's pairwise agreement under ``agreement`` and its mean τ under
-    ``agreement_tau``; flag (``disagree: true``) the ``flagged`` documents whose methods agree
-    least. Returns the mean and spread of every pair over documents."""
+    ``agreement_tau``; flag (``disagree: true``) the documents whose methods agree least: the
+    ``flagged`` lowest, and no more than a tenth of them (a report of ten documents had every
+    one flagged, the flag then saying nothing). Returns the mean and spread of every pair over
+    documents."""
     per_pair: dict[str, dict[str, list[float]]] = {}
     measured = []
     for position, record in enumerate(records):
@@ -65,7 +67,8 @@ def add_agreement(records: Sequence[dict], flagged: int = 10) -> dict[str, Any]:
         for pair, values in pairs.items():
             for key, value in values.items():
                 per_pair.setdefault(pair, {}).setdefault(key, []).append(value)
-    for position in sorted(measured, key=lambda p: records[p]["agreement_tau"])[:flagged]:
+    least = min(flagged, max(1, len(measured) // 10))
+    for position in sorted(measured, key=lambda p: records[p]["agreement_tau"])[:least]:
         records[position]["disagree"] = True
     return {
         "documents": len(measured),

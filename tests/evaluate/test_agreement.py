@@ -28,3 +28,14 @@ def test_documents_whose_methods_agree_least_are_flagged():
     assert [bool(r.get("disagree")) for r in records] == [False, False, False, True]
     assert summary["documents"] == 4
     assert summary["pairs"]["attention|contribution"]["tau"]["mean"] == pytest.approx(0.5)
+
+
+def test_no_more_than_a_tenth_of_the_documents_are_flagged():
+    # Ten documents, the tenth the least alike: it alone is flagged (all ten were).
+    records = [record([0.1, 0.2, 0.3, 0.4], [1.0, 2.0, 3.0, 4.0]) for _ in range(9)]
+    records.append(record([0.1, 0.2, 0.3, 0.4], [4.0, 3.0, 2.0, 1.0]))
+    add_agreement(records)
+    assert [bool(r.get("disagree")) for r in records] == [False] * 9 + [True]
+    many = [record([0.1, 0.2, 0.3, 0.4], [1.0, 2.0, 3.0, 4.0]) for _ in range(213)]
+    add_agreement(many)
+    assert sum(bool(r.get("disagree")) for r in many) == 10  # the report's ten, as before

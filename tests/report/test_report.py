@@ -452,7 +452,8 @@ def test_index_long_and_short_pages_in_chromium(browser, report):
     assert methods >= 4
     assert page.locator("#agreement-table tr").count() == 1 + pairs  # header + every pair
     page.select_option("#show", "disagree")
-    assert page.locator("#shown").text_content() == f"2 of {len(records)} shown"
+    # The least-agreeing tenth, at least one: of so few documents, one.
+    assert page.locator("#shown").text_content() == f"1 of {len(records)} shown"
     page.select_option("#show", "all")
     assert page.locator("#shown").text_content() == f"{len(records)} of {len(records)} shown"
     page.select_option("#show", "truncated")
