@@ -76,13 +76,15 @@ class RandomState(pl.Callback):
     def __init__(self) -> None:
         self._state: dict[str, Any] | None = None
         self._set_again_at_train_start = False
-        self._at_batch_start: dict[str, Any] | None = None
+        self._at_batch_start: tuple | None = None
         self._batches: Any = None  # the fit loop's batch counters, while a fit runs
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         # SLURM's requeue signal saves a checkpoint inside a step, after its dropout draws; the
         # resumed run does that step again, and must draw what it drew the first time.
-        self._at_batch_start = _generator_state()
+        # Captured as the generators give it, every step; made savable only when saved.
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+        self._at_batch_start = (torch.get_rng_state(), random.getstate(), cuda)
         self._batches = trainer.fit_loop.epoch_loop.batch_progress.current
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -93,8 +95,8 @@ class RandomState(pl.Callback):
         # with the next batch, which draws on from the state now.
         batches = self._batches
         inside_step = batches is not None and batches.processed < batches.started
-        state = self._at_batch_start if inside_step and self._at_batch_start else None
-        state = state or _generator_state()
+        at_start = self._at_batch_start if inside_step else None
+        state = _saved_generators(*at_start) if at_start else _generator_state()
         rank, world = process_rank()
         if world > 1:
             # Every rank builds the checkpoint, only rank 0 writes it: without gathering, every
@@ -183,9 +185,16 @@ class EpochEndResume(pl.Callback):
 
 
 def _generator_state() -> dict[str, Any]:
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": _python_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    return _saved_generators(torch.get_rng_state(), random.getstate(), cuda)
+
+
+def _saved_generators(torch_state: Any, python_state: tuple, cuda: Any) -> dict[str, Any]:
+    """The generators' states as a checkpoint keeps them (``weights_only`` reads lists)."""
+    version, internal, gauss = python_state
+    state: dict[str, Any] = {"torch": torch_state, "python": [version, list(internal), gauss]}
+    if cuda is not None:
+        state["cuda"] = cuda
     return state
 
 
@@ -195,11 +204,6 @@ def _set_generators(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
-
-
-def _python_state() -> list:
-    version, internal, gauss = random.getstate()
-    return [version, list(internal), gauss]
 
 
 class StopOnNonFiniteLoss(pl.Callback):
