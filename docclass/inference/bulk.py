@@ -19,6 +19,10 @@ from docclass.inference.classify import run_classify
 
 log = logging.getLogger(__name__)
 
+# Ray's defaults, named once: an option set to anything else without --engine ray is said.
+CPUS_PER_WORKER = 1
+SHARD_DOCUMENTS = 10_000
+
 
 def classify_command(
     inputs: list[str],
@@ -36,9 +40,9 @@ def classify_command(
     engine: Literal["local", "ray"] = "local",
     address: str | None = None,
     workers: PositiveInt | None = None,
-    cpus_per_worker: PositiveInt = 1,
+    cpus_per_worker: PositiveInt = CPUS_PER_WORKER,
     num_gpus: NonNegativeFloat = 0.0,
-    shard_documents: PositiveInt = 10_000,
+    shard_documents: PositiveInt = SHARD_DOCUMENTS,
 ) -> dict[str, Any]:
     """Classify documents in bulk: one output row per input document, in order.
 
@@ -133,9 +137,9 @@ def _say_unused_options(
             ("method", method is not None and not top_words),
             ("address", local and address is not None),
             ("workers", local and workers is not None),
-            ("cpus_per_worker", local and cpus_per_worker != 1),
+            ("cpus_per_worker", local and cpus_per_worker != CPUS_PER_WORKER),
             ("num_gpus", local and num_gpus != 0.0),
-            ("shard_documents", local and shard_documents != 10_000),
+            ("shard_documents", local and shard_documents != SHARD_DOCUMENTS),
         )
         if unused
     ]
